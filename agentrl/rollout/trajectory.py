@@ -1,0 +1,63 @@
+"""Rollout stage output: one episode as the exact tokens the policy saw and produced."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Status(str, enum.Enum):
+    """How an episode ended. Truncation is not an error; an error is not a wrong answer."""
+
+    COMPLETED = "completed"  # the env said terminated
+    TRUNCATED_ENV = "truncated_env"  # the env said truncated
+    TRUNCATED_TURNS = "truncated_turns"  # rollout.max_turns reached
+    TRUNCATED_TOKENS = "truncated_tokens"  # episode token budget (or context) exhausted
+    TRUNCATED_TIME = "truncated_time"  # per-step or per-episode timeout
+    ENV_ERROR = "env_error"  # the env raised
+    ENGINE_ERROR = "engine_error"  # the inference engine raised
+    SANDBOX_ERROR = "sandbox_error"  # the sandbox failed (not the program)
+
+    @property
+    def is_error(self) -> bool:
+        return self in (Status.ENV_ERROR, Status.ENGINE_ERROR, Status.SANDBOX_ERROR)
+
+    @property
+    def is_truncated(self) -> bool:
+        return self.value.startswith("truncated")
+
+
+@dataclass
+class Turn:
+    """One assistant turn and the environment's answer to it."""
+
+    action_text: str  # decoded completion, for humans; training uses the ids
+    completion_ids: list[int]  # [num_completion_tokens]
+    observation: list[dict[str, Any]]  # messages the env returned
+    observation_ids: list[int]  # [num_observation_tokens] template delta, loss mask 0
+    reward: float
+    finish_reason: str
+
+
+@dataclass
+class Trajectory:
+    """One episode: prompt ids, then model and observation tokens interleaved."""
+
+    group_id: int  # index of the dataset row; the n trajectories of a row share it
+    prompt_ids: list[int]  # [num_prompt_tokens]
+    response_ids: list[int] = field(default_factory=list)  # [num_response_tokens]
+    loss_mask: list[int] = field(default_factory=list)  # [num_response_tokens] 1 on sampled tokens
+    rollout_logprobs: list[float] = field(default_factory=list)  # [num_response_tokens] 0 where mask is 0
+    turns: list[Turn] = field(default_factory=list)
+    reward: float = 0.0  # episode return: sum of turn rewards
+    status: Status = Status.COMPLETED
+    error: str | None = None  # message of the exception behind an error status
+    policy_version: int = 0
+    num_template_mismatches: int = 0  # turns where the chat template broke the prefix property
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["status"] = self.status.value
+        return record
