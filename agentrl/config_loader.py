@@ -1,0 +1,118 @@
+"""Configuration stage: presets from configs/ + `group=name` + `key.sub=value` -> a validated Config.
+
+Resolution order: configs/defaults.yaml, then one preset per config group (the defaults' choice
+unless the command line names another, e.g. `env=code_sandbox`), then `key=value` overrides.
+Every key is checked against the schema before anything is loaded, so a typo fails fast with
+the closest valid key.
+"""
+
+from __future__ import annotations
+
+import difflib
+from importlib import resources
+from typing import Any
+
+import yaml
+from omegaconf import OmegaConf
+from pydantic import BaseModel, ValidationError
+
+from agentrl.config import Config
+
+DEFAULTS_FILE = "defaults.yaml"
+
+
+class ConfigError(ValueError):
+    """A preset or override that does not fit the schema; the message says how to fix it."""
+
+
+def configs_root() -> resources.abc.Traversable:
+    """The presets shipped with the package (works from a checkout and from an install)."""
+    return resources.files("configs")
+
+
+def config_groups() -> dict[str, list[str]]:
+    """Group name -> available preset names, e.g. {"env": ["math", ...]}."""
+    root = configs_root()
+    return {
+        entry.name: sorted(p.name.removesuffix(".yaml") for p in entry.iterdir() if p.name.endswith(".yaml"))
+        for entry in root.iterdir()
+        if entry.is_dir() and not entry.name.startswith("_")
+    }
+
+
+def _read_yaml(path: resources.abc.Traversable) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a preset must be a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def _check_keys(data: dict[str, Any], model: type[BaseModel], prefix: str = "") -> None:
+    """Raise ConfigError naming the first unknown key and the closest valid one."""
+    for key, value in data.items():
+        fields = model.model_fields
+        if key not in fields:
+            valid = [f"{prefix}{name}" for name in fields]
+            close = difflib.get_close_matches(f"{prefix}{key}", valid, n=1, cutoff=0.5)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys here: {', '.join(valid)}"
+            raise ConfigError(f"unknown config key '{prefix}{key}'{hint}")
+        annotation = fields[key].annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel) and isinstance(value, dict):
+            _check_keys(value, annotation, f"{prefix}{key}.")
+
+
+def _split_args(args: list[str], groups: dict[str, list[str]]) -> tuple[dict[str, str], list[str]]:
+    """Separate preset selections (`env=math`) from key overrides (`env.id=math`)."""
+    selections, overrides = {}, []
+    for arg in args:
+        if "=" not in arg:
+            raise ConfigError(f"expected key=value, got '{arg}' (e.g. env=math or actor.optim.lr=1e-6)")
+        key, value = arg.split("=", 1)
+        if key not in groups:
+            overrides.append(arg)
+        elif value in groups[key]:
+            selections[key] = value
+        else:
+            raise ConfigError(f"no preset '{value}' in config group '{key}'; available: {', '.join(groups[key])}")
+    return selections, overrides
+
+
+def _format_validation_error(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        location = ".".join(str(part) for part in item["loc"]) or "config"
+        value = f" (got {item['input']!r})" if "input" in item and not isinstance(item["input"], dict) else ""
+        lines.append(f"{location}: {item['msg']}{value}")
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def load_config(args: list[str]) -> Config:
+    """Build the validated Config for command-line `args` (group selections and overrides)."""
+    root = configs_root()
+    groups = config_groups()
+    merged = OmegaConf.create(_read_yaml(root / DEFAULTS_FILE))
+    chosen = dict(merged.pop("defaults", {}) or {})
+    selections, overrides = _split_args(args, groups)
+    chosen.update(selections)
+    for group, name in chosen.items():
+        if group not in groups or name not in groups[group]:
+            raise ConfigError(f"defaults.yaml selects unknown preset {group}={name}")
+        preset = _read_yaml(root / group / f"{name}.yaml")
+        merged = OmegaConf.merge(merged, OmegaConf.create(preset))
+    try:
+        override_conf = OmegaConf.from_dotlist(overrides)
+    except Exception as exc:  # omegaconf's grammar errors carry the offending token
+        raise ConfigError(f"cannot parse overrides {overrides}: {exc}") from exc
+    _check_keys(OmegaConf.to_container(override_conf), Config)
+    merged = OmegaConf.merge(merged, override_conf)
+    data = OmegaConf.to_container(merged, resolve=True)
+    _check_keys(data, Config)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(_format_validation_error(error)) from None
+
+
+def dump_config(config: Config) -> str:
+    """The fully resolved config as YAML."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,91 @@
+"""Metrics stage: namespaced step metrics from trajectories, and where they are written.
+
+Names follow verl/TRL: reward/*, response_length/*, num_turns/*, rollout/status/*, actor/*,
+timing_s/*, perf/*. Every step goes to metrics.jsonl in the run dir, one line to the console,
+and to Weights & Biases when enabled (offline mode when no API key is configured).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from agentrl.rollout.trajectory import Status, Trajectory
+
+
+def _summary(prefix: str, values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    return {f"{prefix}/mean": statistics.fmean(values), f"{prefix}/max": max(values), f"{prefix}/min": min(values)}
+
+
+def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[str, float]:
+    """Reward, length, turn and status statistics of one step's trajectories."""
+    valid = [t for t in trajectories if not t.status.is_error]
+    rewards = [t.reward for t in valid]
+    groups: dict[int, list[float]] = defaultdict(list)
+    for t in valid:
+        groups[t.group_id].append(t.reward)
+    metrics = {
+        "reward/mean": statistics.fmean(rewards) if rewards else 0.0,
+        "reward/std": statistics.pstdev(rewards) if rewards else 0.0,
+        "frac_reward_zero_std": (
+            sum(len(set(g)) == 1 for g in groups.values()) / len(groups) if groups else 0.0
+        ),
+        **_summary("response_length", [float(sum(t.loss_mask)) for t in valid]),
+        **_summary("num_turns", [float(len(t.turns)) for t in valid]),
+        "rollout/num_trajectories": float(len(trajectories)),
+        "rollout/template_mismatch_frac": (
+            sum(t.num_template_mismatches > 0 for t in trajectories) / len(trajectories) if trajectories else 0.0
+        ),
+    }
+    correct = [t.info["correct"] for t in valid if isinstance(t.info.get("correct"), bool)]
+    if correct:
+        metrics["accuracy"] = sum(correct) / len(correct)
+    for status in Status:
+        count = sum(t.status is status for t in trajectories)
+        metrics[f"rollout/status/{status.value}"] = count / len(trajectories) if trajectories else 0.0
+    return {f"{prefix}{key}": value for key, value in metrics.items()}
+
+
+class MetricsLogger:
+    """Writes step metrics to metrics.jsonl, the console and optionally Weights & Biases."""
+
+    CONSOLE_KEYS = ("reward/mean", "val/accuracy", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm",
+                    "response_length/mean", "timing_s/step")
+
+    def __init__(self, run_dir: Path, loggers: list[str], project: str, name: str, config: dict[str, Any]) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self.console = "console" in loggers
+        self.wandb_run = None
+        if "wandb" in loggers:
+            import wandb
+
+            if not os.environ.get("WANDB_API_KEY") and not os.environ.get("WANDB_MODE"):
+                os.environ["WANDB_MODE"] = "offline"
+            self.wandb_run = wandb.init(project=project, name=name, dir=str(run_dir), config=config, resume="allow")
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        with self.path.open("a") as handle:
+            handle.write(json.dumps({"step": step, **metrics}) + "\n")
+        if self.console:
+            shown = " ".join(f"{key}={metrics[key]:.4g}" for key in self.CONSOLE_KEYS if key in metrics)
+            print(f"step {step}: {shown}", flush=True)
+        if self.wandb_run is not None:
+            self.wandb_run.log(metrics, step=step)
+
+    def close(self) -> None:
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+
+def dump_trajectories(path: Path, trajectories: list[Trajectory]) -> None:
+    """One JSON object per trajectory: token ids, mask, logprobs, per-turn text, rewards, status."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        for trajectory in trajectories:
+            handle.write(json.dumps(trajectory.to_json()) + "\n")
