@@ -1,0 +1,66 @@
+"""Loss stage: reduce a per-token loss [B, T] to the scalar a micro-batch contributes.
+
+All counts are GLOBAL: taken over the whole mini-batch, i.e. every micro-batch on every
+data-parallel rank. Each micro-batch's result is its share, so the sum of the results over
+micro-batches and ranks is the mini-batch loss, whatever the micro-batch size or the number
+of ranks. With m the loss mask, l the per-token loss, N_tok the global number of loss tokens,
+N_seq the global number of sequences with at least one loss token and L the scale factor:
+
+    token-mean               sum_{i,t} m_it l_it / N_tok
+                             (DAPO: every token weighs the same, whatever its sequence's length)
+    seq-mean-token-sum       sum_i (sum_t m_it l_it) / N_seq
+    seq-mean-token-mean      sum_i (sum_t m_it l_it / sum_t m_it) / N_seq
+                             (the original GRPO objective)
+    seq-mean-token-sum-norm  sum_i (sum_t m_it l_it / L) / N_seq
+                             (Dr.GRPO: a constant L, e.g. the generation budget, in place of
+                             each sequence's length, so no length bias)
+
+L is `loss_scale_factor`; None means the padded length T of the tensor, which only stays
+constant across micro-batches when they share one padded length (the policy worker pads
+every micro-batch of a step to the same T). Set it to the response budget to keep the
+normalisation constant across steps too.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+import torch
+
+LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+LOSS_AGG_MODES: tuple[str, ...] = get_args(LossAggMode)
+
+
+def aggregate(
+    per_token_loss: torch.Tensor,  # [B, T]
+    loss_mask: torch.Tensor,  # [B, T] 1 on tokens that carry loss
+    mode: str,
+    global_num_tokens: float,
+    global_num_sequences: float,
+    loss_scale_factor: int | None = None,
+) -> torch.Tensor:  # []
+    """This micro-batch's share of the mini-batch loss under `mode` (formulas in the module doc)."""
+    if per_token_loss.shape != loss_mask.shape or per_token_loss.dim() != 2:
+        raise ValueError(
+            f"per_token_loss and loss_mask must both be [B, T]; got {tuple(per_token_loss.shape)} "
+            f"and {tuple(loss_mask.shape)}"
+        )
+    mask = loss_mask.to(per_token_loss.dtype)
+    # where(), not a product: a non-finite loss on a padding token must not turn into NaN.
+    masked = torch.where(loss_mask > 0, per_token_loss, torch.zeros_like(per_token_loss))
+    # An empty mini-batch contributes 0; max(.., 1) keeps that a 0 instead of a NaN.
+    if mode == "token-mean":
+        return masked.sum() / max(global_num_tokens, 1)
+    token_sums = masked.sum(dim=-1)  # [B]
+    if mode == "seq-mean-token-sum":
+        per_sequence = token_sums
+    elif mode == "seq-mean-token-mean":
+        per_sequence = token_sums / mask.sum(dim=-1).clamp(min=1)
+    elif mode == "seq-mean-token-sum-norm":
+        scale = per_token_loss.shape[-1] if loss_scale_factor is None else loss_scale_factor
+        if scale <= 0:
+            raise ValueError(f"loss_scale_factor must be a positive integer or None, got {loss_scale_factor}")
+        per_sequence = token_sums / scale
+    else:
+        raise ValueError(f"loss_agg_mode must be one of {', '.join(LOSS_AGG_MODES)}; got {mode!r}")
+    return per_sequence.sum() / max(global_num_sequences, 1)

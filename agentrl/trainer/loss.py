@@ -1,0 +1,81 @@
+"""Loss stage: the full actor loss of one micro-batch (policy gradient + KL + entropy).
+
+Every term is aggregated with the mini-batch's global counts, so each micro-batch returns its
+share and the shares add up to the mini-batch loss:
+
+    loss = pg_loss + kl_loss_coef * kl_loss - entropy_coeff * entropy
+"""
+
+from __future__ import annotations
+
+import torch
+
+from agentrl.algorithms.aggregation import aggregate
+from agentrl.algorithms.kl import kl_penalty
+from agentrl.algorithms.policy_loss import ppo_clip_loss
+from agentrl.trainer.actor_config import ActorConfig
+from agentrl.trainer.batch import TrainBatch
+
+# Order of the metric shares returned by micro_batch_loss; each sums over micro-batches and ranks.
+METRIC_NAMES = (
+    "actor/pg_loss",
+    "actor/kl_loss",
+    "actor/entropy",
+    "actor/pg_clipfrac",
+    "actor/pg_clipfrac_lower",
+    "actor/ppo_kl",
+)
+
+
+def micro_batch_loss(
+    logprobs: torch.Tensor,  # [B, T] current policy, with gradient
+    entropy: torch.Tensor,  # [B, T] entropy of each token's predicting distribution
+    micro: TrainBatch,
+    actor: ActorConfig,
+    global_num_tokens: float,
+    global_num_sequences: float,
+) -> tuple[torch.Tensor, torch.Tensor]:  # loss [], metric shares [len(METRIC_NAMES)]
+    """This micro-batch's share of the mini-batch loss, and its share of each metric."""
+    assert micro.old_logprobs is not None  # checked by the caller with a user-facing error
+    mask = micro.loss_mask
+
+    def reduce(per_token: torch.Tensor) -> torch.Tensor:
+        return aggregate(
+            per_token,
+            mask,
+            actor.loss_agg_mode,
+            global_num_tokens,
+            global_num_sequences,
+            actor.loss_scale_factor,
+        )
+
+    per_token_pg, clip = ppo_clip_loss(
+        logprobs,
+        micro.old_logprobs,
+        micro.advantages,
+        mask,
+        actor.clip_ratio_low,
+        actor.clip_ratio_high,
+        actor.clip_ratio_c,
+    )
+    pg_loss = reduce(per_token_pg)
+    entropy_term = reduce(entropy)
+    loss = pg_loss - actor.entropy_coeff * entropy_term
+    kl_loss = torch.zeros((), device=logprobs.device)
+    if actor.use_kl_loss:
+        assert micro.ref_logprobs is not None
+        kl_loss = reduce(kl_penalty(logprobs, micro.ref_logprobs, actor.kl_loss_type))
+        loss = loss + actor.kl_loss_coef * kl_loss
+    # Token-weighted shares, so the summed clip fractions are means over the mini-batch's tokens.
+    token_share = mask.sum() / max(global_num_tokens, 1.0)
+    metrics = torch.stack(
+        [
+            pg_loss.detach(),
+            kl_loss.detach(),
+            entropy_term.detach(),
+            clip.pg_clipfrac * token_share,
+            clip.pg_clipfrac_lower * token_share,
+            clip.ppo_kl * token_share,
+        ]
+    )
+    return loss, metrics

@@ -1,0 +1,65 @@
+"""Reward stage of the math env: extract the final `\\boxed{...}` answer and score it.
+
+The answer is the content of the LAST `\\boxed{...}` in the reply (braces balanced, nested
+braces allowed, escaped `\\{`/`\\}` ignored). Correctness is math_verify equivalence with the
+ground truth (see `grader.py`); the reward is 1.0 if correct, plus `format_reward` whenever a
+well-formed, non-empty boxed answer is present.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from envs.math.grader import AnswerGrader, Verdict
+
+_BOXED = re.compile(r"\\boxed\s*\{")
+
+
+def extract_boxed_answer(text: str) -> str | None:
+    """Content of the last `\\boxed{...}`, or None if there is none or it is unclosed or empty."""
+    matches = list(_BOXED.finditer(text))
+    if not matches:
+        return None
+    start = matches[-1].end()
+    depth = 1
+    index = start
+    while index < len(text):
+        character = text[index]
+        if character == "\\" and text[index + 1 : index + 2] in ("{", "}"):
+            index += 2  # an escaped brace (set notation) does not open or close a group
+            continue
+        if character == "{":
+            depth += 1
+        elif character == "}":
+            depth -= 1
+            if depth == 0:
+                content = text[start:index].strip()
+                return content or None
+        index += 1
+    return None  # the last \boxed never closes, e.g. a reply cut off by the token budget
+
+
+@dataclass(frozen=True)
+class MathScore:
+    """The reward of one reply and why."""
+
+    reward: float  # 1.0 if correct, plus format_reward if a boxed answer is present
+    correct: bool
+    extracted_answer: str | None  # content of the last \boxed{...}; None when absent or malformed
+    verdict: Verdict | None  # None when there was nothing to grade
+
+
+def score_reply(reply: str, ground_truth: str, *, format_reward: float, grader: AnswerGrader) -> MathScore:
+    """Score one assistant reply against the ground-truth answer."""
+    answer = extract_boxed_answer(reply)
+    if answer is None:
+        return MathScore(reward=0.0, correct=False, extracted_answer=None, verdict=None)
+    verdict = grader.grade(answer, ground_truth)
+    correct = verdict is Verdict.CORRECT
+    return MathScore(
+        reward=float(correct) + format_reward,
+        correct=correct,
+        extracted_answer=answer,
+        verdict=verdict,
+    )
