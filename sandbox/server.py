@@ -1,0 +1,271 @@
+"""The sandbox as an HTTP service: an aiohttp front for one `Executor`.
+
+    python -m sandbox.server --backend auto --host 127.0.0.1 --port 8090 [--token T] [--max-concurrency N]
+
+Endpoints: `POST /v1/run` (RunRequest -> RunResponse), `POST /v1/run_batch` ({requests} ->
+{responses}, run concurrently up to the concurrency bound), `GET /health`, `GET /metrics`, and
+SandboxFusion's `POST /run_code` (see sandbox.sandboxfusion) plus its `GET /v1/ping`.
+
+Security: binds 127.0.0.1 by default and refuses a non-loopback address without a bearer token
+(--token or $AGENTRL_SANDBOX_TOKEN); with a token, every endpoint but /health requires
+`Authorization: Bearer <token>`. Request bodies are size-limited. Stopping the server closes the
+executor and with it the backend (containers, jails).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import hmac
+import ipaddress
+import json
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, Field, ValidationError
+
+from sandbox import sandboxfusion
+from sandbox.executor import Executor
+from sandbox.judge import validate_request
+from sandbox.metrics import ServerMetrics
+from sandbox.types import RunRequest, RunResponse, Verdict
+
+logger = logging.getLogger(__name__)
+
+TOKEN_ENV_VAR = "AGENTRL_SANDBOX_TOKEN"
+DEFAULT_MAX_BODY_BYTES = 16 << 20
+MAX_BATCH_SIZE = 4096
+_UNAUTHENTICATED_PATHS = frozenset({"/health"})
+
+_executor_key = web.AppKey("executor", Executor)
+_metrics_key = web.AppKey("metrics", ServerMetrics)
+
+
+class BatchRequest(BaseModel):
+    """Body of `POST /v1/run_batch`."""
+
+    requests: list[RunRequest] = Field(max_length=MAX_BATCH_SIZE)
+
+
+class BatchResponse(BaseModel):
+    """Answer of `POST /v1/run_batch`, in request order."""
+
+    responses: list[RunResponse]
+
+
+def is_loopback_host(host: str) -> bool:
+    """True when every address `host` resolves to is a loopback address."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except socket.gaierror as error:
+        raise ValueError(f"cannot resolve host {host!r}: {error}") from error
+    return all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+
+
+def check_bind_allowed(host: str, token: str | None) -> None:
+    """Refuse to expose an unauthenticated code-execution service beyond this machine."""
+    if token is None and not is_loopback_host(host):
+        raise ValueError(
+            f"refusing to bind non-loopback host {host!r} without a token: anyone who reaches it could "
+            f"run code; pass --token or set ${TOKEN_ENV_VAR}, or bind 127.0.0.1"
+        )
+
+
+def _json_response(model: BaseModel, status: int = 200) -> web.Response:
+    return web.Response(text=model.model_dump_json(), status=status, content_type="application/json")
+
+
+def _bad_request(error: ValidationError) -> web.Response:
+    # The offending input can be a whole program: leave it out. pydantic puts the exception object
+    # in `ctx`; `default=str` renders it as text.
+    errors = error.errors(include_url=False, include_input=False)
+    detail = json.loads(json.dumps(errors, default=str))
+    return _bad_request_message(str(error), detail)
+
+
+def _bad_request_message(message: str, detail: list[Any] | None = None) -> web.Response:
+    body = {"error": "invalid request", "message": message, "detail": detail or []}
+    return web.json_response(body, status=400)
+
+
+async def _run_one(app: web.Application, request: RunRequest) -> RunResponse:
+    metrics = app[_metrics_key]
+    try:
+        async with metrics.admit():
+            response = await app[_executor_key].run(request)
+    except Exception as error:  # the executor promises not to raise; if it does, it is our failure
+        logger.exception("executor raised")
+        response = RunResponse(
+            verdict=Verdict.SANDBOX_ERROR, sandbox_error=f"sandbox server error: {error!r}"
+        )
+    metrics.record_verdict(response.verdict)
+    return response
+
+
+async def handle_run(request: web.Request) -> web.Response:
+    try:
+        run_request = RunRequest.model_validate_json(await request.read())
+        validate_request(run_request)
+    except ValidationError as error:
+        return _bad_request(error)
+    except ValueError as error:  # well-formed but impossible, e.g. a call test for C++
+        return _bad_request_message(str(error))
+    return _json_response(await _run_one(request.app, run_request))
+
+
+async def handle_run_batch(request: web.Request) -> web.Response:
+    try:
+        batch = BatchRequest.model_validate_json(await request.read())
+    except ValidationError as error:
+        return _bad_request(error)
+    for index, item in enumerate(batch.requests):
+        try:
+            validate_request(item)
+        except ValueError as error:
+            return _bad_request_message(f"requests.{index}: {error}")
+    responses = await asyncio.gather(*(_run_one(request.app, item) for item in batch.requests))
+    return _json_response(BatchResponse(responses=list(responses)))
+
+
+async def handle_run_code(request: web.Request) -> web.Response:
+    try:
+        fusion_request = sandboxfusion.RunCodeRequest.model_validate_json(await request.read())
+    except ValidationError as error:
+        return web.json_response(sandboxfusion.validation_error_body(error), status=422)
+    response = await _run_one(request.app, sandboxfusion.to_run_request(fusion_request))
+    return _json_response(sandboxfusion.from_run_response(response))
+
+
+async def handle_ping(request: web.Request) -> web.Response:
+    return web.json_response("pong")
+
+
+async def handle_health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok", "backend": request.app[_executor_key].backend.name})
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    snapshot = request.app[_metrics_key].snapshot(backend_stats=_backend_stats(request.app[_executor_key]))
+    return _json_response(snapshot)
+
+
+def _backend_stats(executor: Executor) -> dict[str, int] | None:
+    # A backend that keeps counters (the Docker pool: starts, recycles, host kills) exposes them as a
+    # dataclass named `stats`; the others keep none.
+    stats = getattr(executor.backend, "stats", None)
+    return (
+        dataclasses.asdict(stats) if dataclasses.is_dataclass(stats) and not isinstance(stats, type) else None
+    )
+
+
+def _auth_middleware(token: str) -> Callable[..., Awaitable[web.StreamResponse]]:
+    expected = f"Bearer {token}".encode()
+
+    @web.middleware
+    async def require_token(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if request.path not in _UNAUTHENTICATED_PATHS:
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return web.json_response(
+                    {"error": "unauthorized", "message": "send the header 'Authorization: Bearer <token>'"},
+                    status=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+        return await handler(request)
+
+    return require_token
+
+
+def create_app(
+    executor: Executor,
+    *,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> web.Application:
+    """The service around `executor`; the app owns it and closes it on shutdown.
+
+    Runs are admitted up to `executor.max_concurrency` at a time, so `/metrics` sees the queue.
+    """
+    if token is not None and not token:
+        raise ValueError("token must be a non-empty string or None")
+    middlewares = [_auth_middleware(token)] if token is not None else []
+    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
+    app[_executor_key] = executor
+    app[_metrics_key] = ServerMetrics(executor.max_concurrency)
+    app.router.add_post("/v1/run", handle_run)
+    app.router.add_post("/v1/run_batch", handle_run_batch)
+    app.router.add_get("/health", handle_health)
+    app.router.add_get("/metrics", handle_metrics)
+    app.router.add_post("/run_code", handle_run_code)
+    app.router.add_get("/v1/ping", handle_ping)
+
+    async def close_executor(app: web.Application) -> None:
+        await app[_executor_key].close()
+        logger.info("sandbox backend %s closed", app[_executor_key].backend.name)
+
+    app.on_cleanup.append(close_executor)
+    return app
+
+
+@asynccontextmanager
+async def serve(app: web.Application, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
+    """Serve `app` while inside the block; yields its base URL (port 0 picks a free port)."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        yield f"http://{host}:{bound_port}"
+    finally:
+        await runner.cleanup()
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m sandbox.server", description=__doc__.split("\n")[0])
+    parser.add_argument("--backend", default="auto", choices=["auto", "docker", "bwrap", "unsafe-local"])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8090)
+    parser.add_argument("--token", default=None, help=f"bearer token (default: ${TOKEN_ENV_VAR})")
+    parser.add_argument("--max-concurrency", type=int, default=None, help="default: the executor's")
+    parser.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY_BYTES / (1 << 20))
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse_args(argv)
+    token = args.token if args.token is not None else (os.environ.get(TOKEN_ENV_VAR) or None)
+    if token == "":
+        raise SystemExit("error: --token must not be empty")
+    try:
+        check_bind_allowed(args.host, token)
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def build() -> web.Application:
+        executor = await Executor.create(backend=args.backend, max_concurrency=args.max_concurrency)
+        logger.info("sandbox backend %s, max concurrency %d", executor.backend.name, executor.max_concurrency)
+        return create_app(
+            executor,
+            token=token,
+            max_body_bytes=int(args.max_body_mb * (1 << 20)),
+        )
+
+    web.run_app(build(), host=args.host, port=args.port, access_log=None)
+
+
+if __name__ == "__main__":
+    main()
