@@ -1,0 +1,276 @@
+"""One jail of the Docker backend's pool: how a container is specified, started, driven and removed.
+
+A container is long-lived: no network, read-only root, tmpfs /work and /tmp, memory and pids
+limits, every capability dropped, no-new-privileges, its own non-root uid. Its PID 1 is the
+in-jail runner (sandbox/image/runner.py, passed as `python3 -c SOURCE` so the image never goes
+stale), driven over the container's attached stdin/stdout (sandbox.backends.docker_channel).
+The host keeps its own wall clock on every run and kills the container when the runner overruns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import docker
+import docker.errors
+import requests
+
+from sandbox.backends.base import Limits, ProcessResult, SandboxFailure
+from sandbox.backends.docker_channel import RunnerChannel, RunnerFailure, process_result
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_IMAGE = "agentrl-sandbox:latest"
+SANDBOX_LABEL = "agentrl.sandbox"
+INSTANCE_LABEL = "agentrl.sandbox.instance"
+OWNER_PID_LABEL = "agentrl.sandbox.pid"
+OWNER_HOST_LABEL = "agentrl.sandbox.host"
+DOCKER_ERRORS = (docker.errors.DockerException, requests.RequestException, OSError)
+RUNNER_SOURCE = resources.files("sandbox.image").joinpath("runner.py").read_text()
+_uid_blocks = itertools.count()
+
+
+@dataclass(frozen=True)
+class DockerPoolConfig:
+    """How the warm pool's containers are made and how long each one lives."""
+
+    image: str = DEFAULT_IMAGE
+    pool_size: int = 4
+    recycle_after: int = 200  # runs; a fresh container afterwards
+    memory_mb: int = 512  # cgroup limit a container starts with; each run sets its Limits.memory_mb
+    pids_limit: int = 128  # per container (the cgroup); Limits.max_processes applies per run
+    cpus: float = 1.0  # so that one runaway jail cannot take every core
+    # tmpfs pages count against the container's memory limit: keep them well below it.
+    work_tmpfs_mb: int = 64
+    tmp_tmpfs_mb: int = 64
+    shm_mb: int = 16
+    wall_clock_grace_s: float = 2.0  # the host kills the container this long after the runner's deadline
+    control_timeout_s: float = 30.0  # for start-up, writes and resets
+
+    def __post_init__(self) -> None:
+        for name in ("pool_size", "recycle_after", "pids_limit", "work_tmpfs_mb", "tmp_tmpfs_mb", "shm_mb"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.memory_mb < 16:
+            raise ValueError(f"memory_mb must be >= 16, got {self.memory_mb}")
+        for name in ("cpus", "wall_clock_grace_s", "control_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+async def docker_call(what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a blocking SDK call in a thread; any Docker failure becomes a SandboxFailure."""
+    try:
+        return await asyncio.to_thread(function, *args, **kwargs)
+    except DOCKER_ERRORS as error:
+        raise SandboxFailure(f"docker: {what} failed: {error}") from error
+
+
+async def remove_container(container: Any) -> None:
+    """Force-remove (SIGKILL) a container; a leftover is collected as an orphan later."""
+    try:
+        await asyncio.to_thread(container.remove, force=True)
+    except docker.errors.NotFound:
+        pass
+    except DOCKER_ERRORS as error:
+        logger.warning("could not remove sandbox container %s: %s", container.short_id, error)
+
+
+def container_spec(config: DockerPoolConfig, uid: int, instance_id: str) -> dict[str, Any]:
+    """Keyword arguments of `containers.create` for one locked-down pool container."""
+    owner = f"uid={uid},gid={uid},nosuid,nodev"
+    return {
+        "image": config.image,
+        "command": ["python3", "-I", "-S", "-c", RUNNER_SOURCE],
+        "user": f"{uid}:{uid}",
+        "network_mode": "none",
+        "read_only": True,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "mem_limit": f"{config.memory_mb}m",
+        "memswap_limit": f"{config.memory_mb}m",  # no swap on top of the memory limit
+        "pids_limit": config.pids_limit,
+        "nano_cpus": int(config.cpus * 1e9),
+        "shm_size": f"{config.shm_mb}m",
+        "ipc_mode": "private",
+        "oom_score_adj": 500,  # if the host runs out of memory, jails go first
+        "tmpfs": {
+            "/work": f"rw,exec,{owner},size={config.work_tmpfs_mb}m,mode=0700",
+            "/tmp": f"rw,noexec,{owner},size={config.tmp_tmpfs_mb}m,mode=1777",
+        },
+        "hostname": "sandbox",
+        "working_dir": "/work",
+        "environment": {},
+        "stdin_open": True,
+        "labels": {
+            SANDBOX_LABEL: "1",
+            INSTANCE_LABEL: instance_id,
+            OWNER_PID_LABEL: str(os.getpid()),
+            OWNER_HOST_LABEL: socket.gethostname(),
+        },
+    }
+
+
+def is_orphan(labels: dict[str, str]) -> bool:
+    """Whether a labelled container's owning server process (on this host) has exited."""
+    if labels.get(OWNER_HOST_LABEL) != socket.gethostname():
+        return False  # a server on another machine sharing this engine: not ours to judge
+    try:
+        os.kill(int(labels.get(OWNER_PID_LABEL, "0")), 0)
+    except (ProcessLookupError, ValueError):
+        return True
+    except PermissionError:
+        return False  # alive, owned by another user
+    return False
+
+
+def uid_block(pool_size: int) -> list[int]:
+    """Uids for one backend's containers. RLIMIT_NPROC counts processes per uid host-wide,
+    so each live container gets a uid that no other container of any server uses."""
+    base = 200_000 + (os.getpid() % 20_000) * 10_000 + (next(_uid_blocks) * pool_size) % 10_000
+    return list(range(base, base + pool_size))
+
+
+@dataclass(eq=False)  # identity semantics: pools keep these in sets
+class PooledContainer:
+    """One warm container, its runner channel and what it has done so far."""
+
+    container: Any  # docker.models.containers.Container
+    channel: RunnerChannel
+    uid: int
+    config: DockerPoolConfig
+    memory_mb: int
+    num_runs: int = 0
+    needs_recycle: bool = False
+    dead: bool = False  # killed by the host; the channel is gone
+    reasons: list[str] = field(default_factory=list)
+
+    @classmethod
+    async def start(
+        cls, client: Any, config: DockerPoolConfig, uid: int, instance_id: str
+    ) -> PooledContainer:
+        """Create, attach, start, and wait until the runner answers."""
+        spec = container_spec(config, uid, instance_id)
+        container = await docker_call("creating a container", client.containers.create, **spec)
+        try:
+            raw = await docker_call("attaching to a container", _attach, container)
+            jail = cls(container, await RunnerChannel.open(raw), uid, config, config.memory_mb)
+        except BaseException:
+            await remove_container(container)
+            raise
+        try:
+            await docker_call("starting a container", container.start)
+            await jail.request("ping")
+        except BaseException:
+            await jail.remove()
+            raise
+        return jail
+
+    def mark_for_recycle(self, reason: str) -> None:
+        self.needs_recycle = True
+        self.reasons.append(reason)
+
+    async def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        """One control round trip with the runner; any failure marks the container for recycling."""
+        try:
+            return await self.channel.request(op, fields, self.config.control_timeout_s)
+        except (RunnerFailure, TimeoutError) as error:
+            self.mark_for_recycle(f"runner failed during {op}: {error}")
+            raise SandboxFailure(f"sandbox runner failed during {op}: {error}{await self._logs()}") from error
+        except BaseException:
+            self.mark_for_recycle(f"{op} interrupted")  # the channel is mid-message
+            raise
+
+    async def run(self, argv: list[str], stdin: bytes, limits: Limits) -> ProcessResult:
+        """Run one process; the host kills the container if the runner overruns its deadline."""
+        if limits.memory_mb != self.memory_mb:
+            await self._set_memory(limits.memory_mb)
+        self.num_runs += 1
+        start = time.monotonic()
+        try:
+            answer = await asyncio.wait_for(
+                self.channel.request("run", _run_fields(argv, stdin, limits), None),
+                timeout=limits.wall_time_s + self.config.wall_clock_grace_s,
+            )
+        except TimeoutError:
+            return await self._kill_overrun(time.monotonic() - start)
+        except RunnerFailure as error:
+            self.mark_for_recycle(f"runner failed during run: {error}")
+            raise SandboxFailure(f"sandbox runner failed during run: {error}{await self._logs()}") from error
+        except BaseException:
+            self.mark_for_recycle("run interrupted")
+            raise
+        result = process_result(answer["result"])
+        for flag in ("timed_out", "memory_exceeded", "suspicious"):
+            if getattr(result, flag):
+                self.mark_for_recycle(flag)
+        return result
+
+    async def _set_memory(self, memory_mb: int) -> None:
+        if memory_mb < 16:
+            raise ValueError(f"Limits.memory_mb must be >= 16, got {memory_mb}")
+        limit = f"{memory_mb}m"
+        await docker_call(
+            "updating the memory limit", self.container.update, mem_limit=limit, memswap_limit=limit
+        )
+        self.memory_mb = memory_mb
+
+    async def _kill_overrun(self, elapsed_s: float) -> ProcessResult:
+        reason = f"the runner did not answer within the wall clock plus {self.config.wall_clock_grace_s}s"
+        logger.warning("killing sandbox container %s: %s", self.container.short_id, reason)
+        self.dead = True
+        self.mark_for_recycle(reason)
+        await self.remove()
+        return ProcessResult(
+            exit_code=None,
+            signal=9,
+            stdout=b"",
+            stderr=b"",
+            wall_time_s=elapsed_s,
+            cpu_time_s=0.0,
+            timed_out=True,
+            memory_exceeded=False,
+            output_exceeded=False,
+            suspicious=True,
+        )
+
+    async def remove(self) -> None:
+        await self.channel.close()
+        await remove_container(self.container)
+
+    async def _logs(self) -> str:
+        try:
+            logs = await asyncio.to_thread(self.container.logs, stdout=False, stderr=True, tail=20)
+        except DOCKER_ERRORS:
+            return ""
+        return f"; runner stderr: {logs.decode(errors='replace').strip()}" if logs else ""
+
+
+def _run_fields(argv: list[str], stdin: bytes, limits: Limits) -> dict[str, Any]:
+    return {
+        "argv": argv,
+        "stdin": stdin,
+        "limits": {
+            "wall_time_s": limits.wall_time_s,
+            "cpu_time_s": limits.cpu_time_s,
+            "max_output_bytes": limits.max_output_bytes,
+            "max_processes": limits.max_processes,
+            "max_file_size_mb": limits.max_file_size_mb,
+        },
+    }
+
+
+def _attach(container: Any) -> socket.socket:
+    """The container's stdin/stdout as a socket of our own (the SDK's socket keeps its response)."""
+    sdk_socket = container.attach_socket(params={"stdin": 1, "stdout": 1, "stream": 1})
+    raw = socket.socket(fileno=os.dup(sdk_socket.fileno()))
+    sdk_socket.close()
+    return raw

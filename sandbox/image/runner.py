@@ -1,0 +1,364 @@
+"""In-jail runner: PID 1 of every sandbox container; runs one untrusted process at a time.
+
+The host talks to it over the container's attached stdin/stdout with length-prefixed JSON
+messages (4-byte big-endian length, then UTF-8 JSON; bytes travel base64-encoded). Operations:
+
+    ping                          -> {"ok": true}
+    write {files: {path: b64}}    -> {"ok": true}          (into /work, a tmpfs)
+    run {argv, stdin, limits}     -> {"ok": true, "result": {...ProcessResult fields...}}
+    reset                         -> {"ok": true, "clean": bool}  (kill everything, empty /work, /tmp)
+
+Why PID 1: inside its PID namespace the init process ignores every signal it has no handler for,
+SIGKILL included, so jailed code running as the same uid cannot kill the runner, and orphaned
+grandchildren are reparented to it, so `kill(-1, SIGKILL)` from here ends every other process.
+The runner also makes itself non-dumpable so that jailed code cannot ptrace it or read
+/proc/1/mem, /proc/1/fd/*. It only measures; verdicts are decided on the host.
+
+Standard library only: the host passes this file's source as `python3 -I -S -c SOURCE`.
+"""
+
+import base64
+import ctypes
+import json
+import math
+import os
+import resource
+import selectors
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+WORK_DIR = "/work"
+SCRATCH_DIRS = ("/work", "/tmp")
+# Writable places outside the two scratch tmpfs mounts; anything left there is suspicious.
+OTHER_WRITABLE_DIRS = ("/dev/shm", "/dev/mqueue")
+OOM_FILES = ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events")
+CHILD_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK_DIR, "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
+MAX_OPEN_FILES = 256
+READ_CHUNK = 65536
+STRAY_CHECKS = 5
+STRAY_CHECK_INTERVAL_S = 0.005
+PR_SET_DUMPABLE = 4
+
+
+def read_message(stream):
+    header = stream.read(4)
+    if len(header) < 4:
+        return None
+    (length,) = struct.unpack(">I", header)
+    return json.loads(stream.read(length))
+
+
+def write_message(stream, message):
+    payload = json.dumps(message).encode()
+    stream.write(struct.pack(">I", len(payload)) + payload)
+    stream.flush()
+
+
+def oom_kill_count():
+    """How many processes the kernel's OOM killer has killed in this container so far."""
+    for path in OOM_FILES:
+        try:
+            with open(path) as handle:
+                for line in handle:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except OSError:
+            continue
+    return 0
+
+
+def other_processes():
+    """Pids of live (not zombie) processes in the container other than the runner."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open(f"/proc/{name}/stat") as handle:
+                    state = handle.read().rpartition(")")[2].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state != "Z":
+                pids.append(int(name))
+    return pids
+
+
+def has_strays():
+    """Whether processes outlived the program. A process killed a moment ago may still be
+    exiting, so look again briefly before calling it a stray."""
+    for _ in range(STRAY_CHECKS):
+        if not other_processes():
+            return False
+        time.sleep(STRAY_CHECK_INTERVAL_S)
+    return True
+
+
+def kill_everything_else():
+    """SIGKILL every other process (one atomic pass over the namespace) and reap them all."""
+    kill_all()
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def set_child_limits(limits):
+    cpu_s = max(1, math.ceil(limits["cpu_time_s"]))
+    # The hard limit one second later turns an ignored SIGXCPU into SIGKILL.
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+    # Each container runs as its own uid, so this counts the run's processes plus the runner.
+    processes = limits["max_processes"] + 1
+    resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+    file_size = limits["max_file_size_mb"] << 20
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_OPEN_FILES, MAX_OPEN_FILES))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def spawn(argv, limits):
+    return subprocess.Popen(
+        argv,
+        cwd=WORK_DIR,
+        env=CHILD_ENV,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its own session and process group
+        preexec_fn=lambda: set_child_limits(limits),  # noqa: PLW1509 (the runner has one thread)
+    )
+
+
+class Pump:
+    """Feeds stdin, collects capped stdout/stderr and notices the exit of one process."""
+
+    def __init__(self, process, stdin, max_output_bytes):
+        self.selector = selectors.DefaultSelector()
+        self.outputs = {process.stdout: bytearray(), process.stderr: bytearray()}
+        self.max_output_bytes = max_output_bytes
+        self.output_exceeded = False
+        self.pending_stdin = memoryview(stdin)
+        self.stdin = process.stdin
+        # A pidfd becomes readable when the process exits: no polling, no SIGCHLD handler.
+        self.pidfd = os.pidfd_open(process.pid)
+        self.selector.register(self.pidfd, selectors.EVENT_READ)
+        for stream in self.outputs:
+            self.selector.register(stream, selectors.EVENT_READ)
+        if stdin:
+            os.set_blocking(process.stdin.fileno(), False)
+            self.selector.register(process.stdin, selectors.EVENT_WRITE)
+        else:
+            process.stdin.close()
+
+    def is_open(self):
+        return bool(self.selector.get_map())
+
+    def step(self, timeout):
+        """Wait up to `timeout` for I/O; True once the process has exited."""
+        exited = False
+        for key, _ in self.selector.select(timeout):
+            if key.fileobj is self.pidfd:
+                self.selector.unregister(self.pidfd)
+                os.close(self.pidfd)
+                exited = True
+            elif key.fileobj is self.stdin:
+                self._write_stdin()
+            else:
+                self._read(key.fileobj)
+        return exited
+
+    def _write_stdin(self):
+        try:
+            written = os.write(self.stdin.fileno(), self.pending_stdin[:READ_CHUNK])
+        except BlockingIOError:
+            written = 0
+        except BrokenPipeError:  # the program stopped reading: the rest of stdin is dropped
+            written = len(self.pending_stdin)
+        self.pending_stdin = self.pending_stdin[written:]
+        if not self.pending_stdin:
+            self.selector.unregister(self.stdin)
+            self.stdin.close()
+
+    def _read(self, stream):
+        chunk = os.read(stream.fileno(), READ_CHUNK)
+        if not chunk:
+            self.selector.unregister(stream)
+            stream.close()
+            return
+        buffer = self.outputs[stream]
+        room = self.max_output_bytes - len(buffer)
+        if len(chunk) > room:
+            self.output_exceeded = True
+        buffer += chunk[: max(0, room)]
+
+    def close(self):
+        for key in list(self.selector.get_map().values()):
+            if key.fileobj is self.pidfd:
+                os.close(self.pidfd)
+            else:
+                key.fileobj.close()
+        self.selector.close()
+
+
+def kill_all():
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def run(argv, stdin, limits):
+    """Run argv with limits; the runner's own wall clock kills everything at the deadline."""
+    usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    oom_before = oom_kill_count()
+    start = time.monotonic()
+    try:
+        process = spawn(argv, limits)
+    except OSError as error:
+        return _exec_failure(argv, error, time.monotonic() - start)
+    pump = Pump(process, stdin, limits["max_output_bytes"])
+    deadline = start + limits["wall_time_s"]
+    status, timed_out, strays = None, False, False
+    while pump.is_open():
+        now = time.monotonic()
+        if status is None and (now >= deadline or pump.output_exceeded):
+            timed_out = timed_out or now >= deadline
+            kill_all()
+        if pump.step(max(0.0, deadline - now)):
+            status = os.wait4(process.pid, 0)[1]
+            process.returncode = status  # reaped here: Popen must never wait on this pid again
+            strays = has_strays()
+            kill_everything_else()  # so that pipes held by strays reach EOF
+    pump.close()
+    kill_everything_else()
+    wall_time_s = time.monotonic() - start
+    usage_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_time_s = (usage_after.ru_utime - usage_before.ru_utime) + (
+        usage_after.ru_stime - usage_before.ru_stime
+    )
+    return _result(status, pump, limits, wall_time_s, cpu_time_s, timed_out, strays, oom_before)
+
+
+def _result(status, pump, limits, wall_time_s, cpu_time_s, timed_out, strays, oom_before):
+    code = os.waitstatus_to_exitcode(status)
+    exit_code, signal_number = (code, None) if code >= 0 else (None, -code)
+    cpu_exceeded = signal_number == signal.SIGXCPU or cpu_time_s > limits["cpu_time_s"]
+    memory_exceeded = oom_kill_count() > oom_before
+    stdout, stderr = pump.outputs.values()
+    return {
+        "exit_code": exit_code,
+        "signal": signal_number,
+        "stdout": base64.b64encode(bytes(stdout)).decode(),
+        "stderr": base64.b64encode(bytes(stderr)).decode(),
+        "wall_time_s": wall_time_s,
+        "cpu_time_s": cpu_time_s,
+        "timed_out": timed_out or cpu_exceeded,
+        "memory_exceeded": memory_exceeded,
+        "output_exceeded": pump.output_exceeded or _scratch_full(limits["max_file_size_mb"] << 20),
+        "suspicious": strays or not _other_writable_dirs_empty(),
+    }
+
+
+def _exec_failure(argv, error, wall_time_s):
+    message = f"cannot execute {argv[0]!r}: {error.strerror}\n".encode()
+    return {
+        "exit_code": 127,
+        "signal": None,
+        "stdout": "",
+        "stderr": base64.b64encode(message).decode(),
+        "wall_time_s": wall_time_s,
+        "cpu_time_s": 0.0,
+        "timed_out": False,
+        "memory_exceeded": False,
+        "output_exceeded": False,
+        "suspicious": False,
+    }
+
+
+def _scratch_full(max_file_size):
+    """Whether the program hit the file size limit or filled a scratch tmpfs: output it could
+    not write (most runtimes ignore SIGXFSZ and see EFBIG/ENOSPC as an ordinary error)."""
+    for directory in SCRATCH_DIRS:
+        if os.statvfs(directory).f_bavail == 0:
+            return True
+        for root, _, names in os.walk(directory):
+            for name in names:
+                try:
+                    if os.lstat(os.path.join(root, name)).st_size >= max_file_size:
+                        return True
+                except OSError:
+                    continue
+    return False
+
+
+def _other_writable_dirs_empty():
+    return all(not os.path.isdir(path) or not os.listdir(path) for path in OTHER_WRITABLE_DIRS)
+
+
+def write_files(files):
+    for relative, encoded in files.items():
+        path = os.path.join(WORK_DIR, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(base64.b64decode(encoded))
+
+
+def _make_removable(function, path, _):
+    # Jailed code may chmod its directories to 000; the runner owns them and can undo that.
+    os.chmod(os.path.dirname(path), 0o700)
+    os.chmod(path, 0o700)
+    function(path)
+
+
+def reset():
+    """Kill every process and empty the scratch dirs; `clean` says whether that fully worked."""
+    kill_everything_else()
+    for directory in SCRATCH_DIRS:
+        for name in os.listdir(directory):
+            path = os.path.join(directory, name)
+            try:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, onerror=_make_removable)
+                else:
+                    os.unlink(path)
+            except OSError:
+                pass
+    clean = all(not os.listdir(directory) for directory in SCRATCH_DIRS)
+    return clean and _other_writable_dirs_empty() and not other_processes()
+
+
+def handle(request):
+    operation = request["op"]
+    if operation == "ping":
+        return {"ok": True}
+    if operation == "write":
+        write_files(request["files"])
+        return {"ok": True}
+    if operation == "run":
+        stdin = base64.b64decode(request["stdin"])
+        return {"ok": True, "result": run(request["argv"], stdin, request["limits"])}
+    if operation == "reset":
+        return {"ok": True, "clean": reset()}
+    return {"ok": False, "error": f"unknown operation {operation!r}"}
+
+
+def main():
+    ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    # PID 1 ignores signals without a handler; drop Python's SIGINT handler so that holds.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.umask(0o077)
+    requests, responses = sys.stdin.buffer, sys.stdout.buffer
+    while (request := read_message(requests)) is not None:
+        try:
+            response = handle(request)
+        except Exception as error:  # noqa: BLE001 (reported to the host, which recycles the container)
+            response = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+        write_message(responses, response)
+
+
+if __name__ == "__main__":
+    main()
