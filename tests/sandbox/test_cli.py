@@ -1,0 +1,99 @@
+"""The two command lines, end to end on the bwrap backend: sandbox.run and sandbox.eval (HumanEval format)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sandbox import eval as sandbox_eval
+from sandbox import run as sandbox_run
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_run_prints_the_response_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    program, stdin = tmp_path / "reverse.py", tmp_path / "input.txt"
+    program.write_text("print(input()[::-1])")
+    stdin.write_text("abc\n")
+    exit_code = sandbox_run.main([str(program), "--stdin", str(stdin), "--backend", "bwrap", "--json"])
+    response = json.loads(capsys.readouterr().out)
+    assert (exit_code, response["verdict"], response["run"]["stdout"]) == (0, "AC", "cba\n")
+
+
+def test_run_compiles_cpp_inferred_from_the_extension(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = tmp_path / "hello.cpp"
+    program.write_text('#include <cstdio>\nint main() { std::puts("hi"); return 3; }')
+    exit_code = sandbox_run.main([str(program), "--backend", "bwrap", "--timeout", "2"])
+    out = capsys.readouterr().out
+    assert exit_code == 1
+    assert out.splitlines()[0] == "verdict: RE"
+    assert "--- stdout ---\nhi\n" in out
+
+
+def test_run_names_an_unknown_extension(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    program = tmp_path / "main.rb"
+    program.write_text("puts 1")
+    with pytest.raises(SystemExit):
+        sandbox_run.main([str(program), "--backend", "bwrap"])
+    assert "cannot infer the language of 'main.rb'" in capsys.readouterr().err
+
+
+@pytest.fixture
+def samples(tmp_path: Path) -> Path:
+    shutil.copy(DATA / "humaneval_samples.jsonl", tmp_path / "samples.jsonl")
+    return tmp_path / "samples.jsonl"
+
+
+def test_eval_prints_pass_at_k_and_writes_per_sample_results(
+    samples: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    problems = DATA / "humaneval_problems.jsonl"
+    argv = ["--problems", str(problems), "--samples", str(samples), "--k", "1,2", "--backend", "bwrap"]
+    assert sandbox_eval.main(argv) == 0
+    pass_at = json.loads(capsys.readouterr().out)
+    assert pass_at == pytest.approx({"pass@1": 0.5, "pass@2": 5 / 6}, abs=1e-12)
+    rows = [
+        json.loads(line) for line in (samples.parent / "samples.jsonl_results.jsonl").read_text().splitlines()
+    ]
+    assert [(row["task_id"], row["passed"], row["result"]) for row in rows] == [
+        ("Tiny/0", True, "AC"),
+        ("Tiny/0", False, "WA"),
+        ("Tiny/0", False, "RE"),  # sys.exit(0) before check() ran
+        ("Tiny/1", True, "AC"),
+        ("Tiny/1", True, "AC"),
+        ("Tiny/1", False, "WA"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("samples_text", "error"),
+    [
+        (
+            '{"task_id": "Tiny/0", "completion": "x"}\n{"task_id": "Tiny/0"\n',
+            "samples.jsonl:2: not valid JSON",
+        ),
+        ('{"task_id": "Tiny/0"}\n', "samples.jsonl:1: not a Sample row (completion: Field required)"),
+        ('\n{"task_id": "Tiny/9", "completion": "x"}\n', "samples.jsonl:2: unknown task_id 'Tiny/9'"),
+    ],
+    ids=["malformed_json", "missing_field", "unknown_task_id"],
+)
+def test_eval_names_the_bad_line(
+    samples: Path, samples_text: str, error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    samples.write_text(samples_text)
+    argv = [
+        "--problems",
+        str(DATA / "humaneval_problems.jsonl"),
+        "--samples",
+        str(samples),
+        "--backend",
+        "bwrap",
+    ]
+    with pytest.raises(SystemExit):
+        sandbox_eval.main(argv)
+    assert error in capsys.readouterr().err

@@ -1,0 +1,450 @@
+"""Hostile programs against every real backend: each must get the right verdict and leave the host intact.
+
+"Intact" is checked after every case: no process of the jail uids (or tagged as a red-team
+helper) survives, no session dir or mount is left, and a file outside the jail is unchanged.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox.executor import Executor
+from sandbox.types import (
+    AssertTest,
+    CallTest,
+    Language,
+    RunLimits,
+    RunRequest,
+    RunResponse,
+    StdioTest,
+    Verdict,
+)
+from tests.sandbox.conftest import DAEMON_TAG, TEST_NUM_UIDS, TEST_UID_BASE, processes_matching
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+LIMITS = RunLimits(time_s=2, memory_mb=256, max_output_bytes=64 << 10)
+SENTINEL_TEXT = "untouched"
+SECRET_ENV = "SANDBOX_REDTEAM_SECRET"
+SECRET_VALUE = "hunter2-4d1c9e"
+# Measured here: bwrap 28.8 ms per run, docker 12.8 ms per run; 10,000 bwrap runs would take ~5 min.
+NUM_SEQUENTIAL_RUNS = {"bwrap": 3000, "docker": 3000}
+
+
+def _plain(code: str, stdin: str = "") -> RunRequest:
+    return RunRequest(language=Language.PYTHON, code=code, stdin=stdin, limits=LIMITS)
+
+
+async def _run(executor: Executor, code: str, stdin: str = "") -> RunResponse:
+    response = await executor.run(_plain(code, stdin))
+    assert response.sandbox_error is None, response.sandbox_error
+    print(response.model_dump_json(exclude_defaults=True)[:2000])
+    return response
+
+
+def _jail_leftovers(backend_name: str, jail_root: Path) -> list[str]:
+    uids = range(TEST_UID_BASE, TEST_UID_BASE + TEST_NUM_UIDS) if backend_name == "bwrap" else range(0)
+    leftovers = processes_matching(uids, DAEMON_TAG)
+    leftovers += [str(path) for path in jail_root.glob("sandbox-bwrap/session-*")]
+    mounts = Path("/proc/self/mountinfo").read_text()
+    leftovers += [line for line in mounts.splitlines() if str(jail_root) in line]
+    return leftovers
+
+
+@pytest.fixture(autouse=True)
+def sentinel(backend_name: str, jail_root: Path, tmp_path: Path):
+    """A file outside the jail that no program may change; leftovers are checked after each case."""
+    path = tmp_path / "sentinel.txt"
+    path.write_text(SENTINEL_TEXT)
+    yield path
+    deadline = time.monotonic() + 5.0  # a killed process may take a moment to be reaped
+    while (leftovers := _jail_leftovers(backend_name, jail_root)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert leftovers == []
+    assert path.read_text() == SENTINEL_TEXT
+
+
+# --- time ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "while True:\n    pass",
+        "import time\ntime.sleep(100)",
+        "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)",
+        "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n    pass",
+    ],
+    ids=["infinite_loop", "long_sleep", "sigstop_self", "ignores_sigterm"],
+)
+async def test_a_program_that_never_finishes_is_killed_as_tle(executor: Executor, code: str) -> None:
+    response = await _run(executor, code)
+    assert response.verdict == Verdict.TLE
+
+
+# --- processes ----------------------------------------------------------------------------
+
+
+async def test_a_python_fork_bomb_is_contained_and_times_out(executor: Executor) -> None:
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    assert (await _run(executor, code)).verdict == Verdict.TLE
+    assert (await _run(executor, "print('after')")).run.stdout == "after\n"
+
+
+async def test_a_shell_fork_bomb_is_contained(executor: Executor) -> None:
+    code = (
+        "import subprocess, time\n"
+        "subprocess.run(['bash', '-c', ':(){ :|:& };:'])\n"
+        "time.sleep(10)\n"
+        "print('still running')"
+    )
+    assert (await _run(executor, code)).verdict == Verdict.TLE
+    assert (await _run(executor, "print('after')")).run.stdout == "after\n"
+
+
+async def test_a_double_forked_daemon_dies_with_the_run(executor: Executor) -> None:
+    code = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        os.execvp('python3', ['python3', '-c', 'import time; time.sleep(1000)', '{DAEMON_TAG}'])\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.3)\n"
+        "print('parent done')"
+    )
+    response = await _run(executor, code)
+    assert (response.verdict, response.run.stdout) == (Verdict.AC, "parent done\n")
+
+
+@pytest.mark.parametrize(
+    ("code", "verdict"),
+    [
+        (
+            "import os\ntry:\n    os.kill(os.getppid(), 9)\nexcept OSError:\n    pass\nprint('alive')",
+            Verdict.AC,
+        ),
+        ("import os\nos.killpg(0, 9)\nprint('alive')", Verdict.RE),
+        ("import os\ntry:\n    os.kill(-1, 9)\nexcept OSError:\n    pass\nprint('alive')", Verdict.AC),
+    ],
+    ids=["kill_parent", "kill_own_process_group", "kill_minus_one"],
+)
+async def test_killing_everything_in_reach_only_hurts_the_program(
+    executor: Executor, code: str, verdict: Verdict
+) -> None:
+    assert (await _run(executor, code)).verdict == verdict
+    assert (await _run(executor, "print('after')")).run.stdout == "after\n"
+
+
+# --- memory, recursion, output, files -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["x = bytearray(1 << 33)", "chunks = []\nwhile True:\n    chunks.append(bytearray(10**7))"],
+    ids=["one_huge_allocation", "growing_allocation"],
+)
+async def test_allocating_past_the_memory_limit_is_mle(executor: Executor, code: str) -> None:
+    assert (await _run(executor, code)).verdict == Verdict.MLE
+
+
+async def test_unbounded_recursion_is_a_runtime_error(executor: Executor) -> None:
+    assert (await _run(executor, "def f():\n    return f()\nf()")).verdict == Verdict.RE
+
+
+@pytest.mark.parametrize(
+    ("code", "stream"),
+    [
+        (
+            "import sys\nblock = b'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.buffer.write(block)",
+            "stdout",
+        ),
+        ("import sys\nwhile True:\n    sys.stderr.write('e' * 1000)", "stderr"),
+    ],
+    ids=["one_gigabyte_of_stdout", "endless_stderr"],
+)
+async def test_flooding_output_is_ole_and_capped(executor: Executor, code: str, stream: str) -> None:
+    response = await _run(executor, code)
+    assert response.verdict == Verdict.OLE
+    assert len(getattr(response.run, stream).encode()) <= LIMITS.max_output_bytes
+
+
+@pytest.mark.parametrize("directory", ["/work", "/tmp"])
+async def test_writing_a_huge_file_is_ole(executor: Executor, directory: str) -> None:
+    code = f"block = b'x' * (1 << 20)\nwith open('{directory}/big', 'wb') as f:\n    for _ in range(1024):\n        f.write(block)"
+    assert (await _run(executor, code)).verdict == Verdict.OLE
+
+
+async def test_creating_files_without_end_is_stopped_and_cleaned_up(executor: Executor) -> None:
+    code = "i = 0\nwhile True:\n    open(f'/work/f{i}', 'w').close()\n    i += 1"
+    assert (await _run(executor, code)).verdict == Verdict.TLE
+
+
+async def test_opening_too_many_files_is_a_runtime_error(executor: Executor) -> None:
+    code = "files = [open(f'/work/f{i}', 'w') for i in range(100000)]"
+    response = await _run(executor, code)
+    assert response.verdict == Verdict.RE
+    assert "Too many open files" in response.run.stderr
+
+
+# --- what the program may see and touch -----------------------------------------------------
+
+
+async def test_host_secrets_are_not_readable(executor: Executor, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SECRET_ENV, SECRET_VALUE)
+    code = (
+        "import os, glob\n"
+        "seen = [repr(dict(os.environ))]\n"
+        "for path in ['/etc/shadow', '/etc/passwd', '/root/.bashrc'] + glob.glob('/proc/*/environ'):\n"
+        "    try:\n"
+        "        seen.append(path + ':' + open(path, errors='replace').read())\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print('\\n'.join(seen))"
+    )
+    response = await _run(executor, code)
+    assert response.verdict == Verdict.AC
+    assert SECRET_VALUE not in response.run.stdout
+    assert "root:" not in response.run.stdout  # neither shadow nor passwd entries
+
+
+async def test_writes_outside_work_and_tmp_fail(executor: Executor, sentinel: Path) -> None:
+    targets = ["/usr/evil", "/etc/evil", "/evil", "/work/../evil", "/proc/evil", str(sentinel), "/bin/sh"]
+    code = (
+        "written = []\n"
+        f"for path in {targets!r}:\n"
+        "    try:\n"
+        "        with open(path, 'a') as f:\n"
+        "            f.write('pwned')\n"
+        "        written.append(path)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print(written)"
+    )
+    response = await _run(executor, code)
+    assert (response.verdict, response.run.stdout) == (Verdict.AC, "[]\n")
+
+
+async def test_runs_cannot_see_each_others_files(executor: Executor) -> None:
+    writer = _plain(
+        "import time\n"
+        "open('/work/secret-of-a', 'w').write('a')\n"
+        "open('/tmp/secret-of-a', 'w').write('a')\n"
+        "time.sleep(1.5)"
+    )
+    reader = _plain(
+        "import os, time\n"
+        "time.sleep(0.7)\n"
+        "found = [os.path.join(d, f) for root in ['/work', '/tmp', '/']\n"
+        "         for d, _, files in os.walk(root) if not d.startswith('/proc') for f in files\n"
+        "         if 'secret-of-a' in f]\n"
+        "print(found)"
+    )
+    _, concurrent = await executor.run_many([writer, reader])
+    after = await _run(executor, "import os\nprint(sorted(os.listdir('/work')), os.listdir('/tmp'))")
+    assert concurrent.run.stdout == "[]\n"
+    assert "secret-of-a" not in after.run.stdout
+
+
+async def test_the_network_is_unreachable(executor: Executor) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    code = (
+        "import socket\n"
+        "reached = []\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+        "    reached.append('tcp')\n"
+        "except OSError:\n"
+        "    pass\n"
+        "try:\n"
+        "    socket.getaddrinfo('example.com', 80)\n"
+        "    reached.append('dns')\n"
+        "except OSError:\n"
+        "    pass\n"
+        "print(reached)"
+    )
+    try:
+        response = await _run(executor, code)
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    finally:
+        listener.close()
+    assert (response.verdict, response.run.stdout) == (Verdict.AC, "[]\n")
+
+
+# --- judging tricks -------------------------------------------------------------------------
+
+
+def _assert_request(code: str, test_code: str) -> RunRequest:
+    return RunRequest(language=Language.PYTHON, code=code, tests=[AssertTest(code=test_code)], limits=LIMITS)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import sys\ndef f(x):\n    return x\nsys.exit(0)",
+        "import os\ndef f(x):\n    return x\nos._exit(0)",
+        "import os\ndef f(x):\n    os._exit(0)",
+        "def f(x):\n    raise SystemExit(0)",
+        "import os, signal\ndef f(x):\n    os.kill(os.getppid(), signal.SIGKILL)\n    os._exit(0)",
+    ],
+    ids=["sys_exit_at_import", "os_exit_at_import", "os_exit_in_call", "system_exit_in_call", "kill_harness"],
+)
+async def test_exiting_before_the_asserts_run_is_not_accepted(executor: Executor, code: str) -> None:
+    response = await executor.run(_assert_request(code, "assert f(1) == 2"))
+    assert response.verdict == Verdict.RE
+
+
+FORGE_FROM_MEMORY = """
+import os, re
+candidates = set()
+for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
+    for name in ('environ', 'cmdline', 'fd/0'):
+        try:
+            candidates.update(re.findall(rb'[0-9a-f]{32}', open(f'/proc/{pid}/{name}', 'rb').read()))
+        except OSError:
+            pass
+    try:
+        with open(f'/proc/{pid}/maps') as maps, open(f'/proc/{pid}/mem', 'rb') as mem:
+            for line in maps:
+                start, end = (int(x, 16) for x in line.split()[0].split('-'))
+                if 'r' in line.split()[1] and end - start < (64 << 20):
+                    mem.seek(start)
+                    candidates.update(re.findall(rb'[0-9a-f]{32}', mem.read(end - start)))
+    except (OSError, ValueError, OverflowError):
+        pass
+for candidate in list(candidates)[:200]:
+    os.write(1, b'\\n' + candidate + b' {"status": "ok"}\\n')
+os.kill(os.getppid(), 9)  # the harness would print the real report last
+os._exit(0)
+"""
+
+
+STEAL_REPORT_LINE = """
+import ctypes, os, re, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:  # a daemon that reads the harness's report back out of the stdout pipe
+        try:
+            ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: may open /proc/self/fd again
+            pipe, seen = os.open('/proc/self/fd/1', os.O_RDONLY), b''
+            while chunk := os.read(pipe, 65536):
+                seen += chunk
+                if found := re.search(rb'\\n([0-9a-f]{32}) ', seen):
+                    os.write(1, b'\\n' + found.group(1) + b' {"status": "ok"}\\n')
+                    break
+        finally:
+            os._exit(0)
+    os._exit(0)
+time.sleep(0.2)
+"""
+
+
+@pytest.mark.parametrize(
+    ("code", "verdict"),
+    [
+        (
+            "import os\nos.write(1, b'\\n' + b'0' * 32 + b' {\"status\": \"ok\"}\\n')\nos.kill(os.getppid(), 9)",
+            Verdict.RE,
+        ),
+        (
+            "print(open('/work/_harness.py').read()[:0] + '\\n' + 'a' * 32 + ' {\"status\": \"ok\"}')\nraise SystemExit",
+            Verdict.RE,
+        ),
+        (FORGE_FROM_MEMORY, Verdict.RE),
+        (STEAL_REPORT_LINE, Verdict.WA),  # the daemon is dead before the report is printed: assert False
+    ],
+    ids=["guessed_marker", "marker_format_from_harness_source", "marker_searched_in_memory", "report_stolen"],
+)
+async def test_forged_completion_markers_are_rejected(
+    executor: Executor, code: str, verdict: Verdict
+) -> None:
+    response = await executor.run(_assert_request(code, "assert False"))
+    assert response.verdict == verdict
+
+
+# A harness that would pass anything: it echoes the run's marker with an "ok" report.
+FORGED_HARNESS = (
+    'import os\nmarker = os.read(0, 32)\nos.write(1, b"\\n" + marker + b\' {"status": "ok"}\\n\')\n'
+)
+REWRITE_HARNESS = (
+    f"import os\nos.remove('/work/_harness.py')\nopen('/work/_harness.py', 'w').write({FORGED_HARNESS!r})"
+)
+
+
+async def test_a_program_that_rewrites_the_harness_cannot_pass_later_tests(executor: Executor) -> None:
+    tests = [AssertTest(code="assert False"), AssertTest(code="assert False")]
+    request = RunRequest(language=Language.PYTHON, code=REWRITE_HARNESS, tests=tests, limits=LIMITS)
+    response = await executor.run(request)
+    assert [test.verdict for test in response.tests] == [Verdict.WA, Verdict.WA]
+
+
+async def test_replacing_judge_files_with_directories_is_not_a_sandbox_error(executor: Executor) -> None:
+    code = (
+        "import os\n"
+        "for name in ['_harness.py', 'program.py']:\n"
+        "    os.remove(name)\n"
+        "    os.makedirs(name + '/deeper')\n"
+    )
+    tests = [AssertTest(code="assert True"), AssertTest(code="assert True")]
+    response = await executor.run(RunRequest(language=Language.PYTHON, code=code, tests=tests, limits=LIMITS))
+    assert (response.verdict, response.num_passed, response.sandbox_error) == (Verdict.AC, 2, None)
+
+
+def _call_request(code: str, expected: object) -> RunRequest:
+    test = CallTest(args=[1], expected=expected)
+    return RunRequest(language=Language.PYTHON, code=code, entry_point="f", tests=[test], limits=LIMITS)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "class AlwaysEqual:\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return AlwaysEqual()",
+        "class Sneaky(int):\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return Sneaky(0)",
+        "class Sneaky(list):\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return Sneaky()",
+        'import os\ndef f(x):\n    os.write(1, b\'\\n\' + b\'0\' * 32 + b\' {"status": "ok", "value": "[1, 2]"}\\n\')\n    os._exit(0)',
+    ],
+    ids=["always_equal_object", "int_subclass", "list_subclass", "forged_return_value"],
+)
+async def test_return_values_are_compared_on_the_host(executor: Executor, code: str) -> None:
+    response = await executor.run(_call_request(code, [1, 2]))
+    assert response.verdict in (Verdict.WA, Verdict.RE)
+    assert response.tests[0].verdict != Verdict.AC
+
+
+async def test_an_unserialisable_return_value_is_wa_with_a_message(executor: Executor) -> None:
+    response = await executor.run(_call_request("def f(x):\n    return object()", 1))
+    assert response.verdict == Verdict.WA
+    assert response.tests[0].message.startswith("return value is not JSON-serialisable")
+
+
+async def test_printing_only_a_prefix_of_the_expected_output_is_wa(executor: Executor) -> None:
+    test = StdioTest(expected_stdout="1\n2\n3\n")
+    request = RunRequest(language=Language.PYTHON, code="print(1)\nprint(2)", tests=[test], limits=LIMITS)
+    response = await executor.run(request)
+    assert response.verdict == Verdict.WA
+    assert response.tests[0].message == "expected 3 lines, got 2"
+
+
+async def test_invalid_utf8_and_nul_bytes_in_output_come_back_replaced(executor: Executor) -> None:
+    code = "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe\\x00abc\\n')\nsys.stderr.buffer.write(b'\\x80')"
+    response = await _run(executor, code)
+    assert response.run.stdout == "\ufffd\ufffd\x00abc\n"
+    assert response.run.stderr == "\ufffd"
+    assert RunResponse.model_validate_json(response.model_dump_json()) == response
+
+
+async def test_many_sequential_runs_leave_nothing_behind(executor: Executor, backend_name: str) -> None:
+    num_runs = NUM_SEQUENTIAL_RUNS[backend_name]
+    started = time.monotonic()
+    for index in range(num_runs):
+        response = await executor.run(_plain(f"print({index})"))
+        assert (response.verdict, response.run.stdout) == (Verdict.AC, f"{index}\n")
+    elapsed = time.monotonic() - started
+    print(f"{backend_name}: {num_runs} sequential runs, {1000 * elapsed / num_runs:.1f} ms per run")
