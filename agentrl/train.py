@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from pathlib import Path
 
@@ -15,8 +16,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         prog="python -m agentrl.train",
         description="Train a policy with GRPO-family RL. Example: python -m agentrl.train env=math rollout.n=8",
     )
-    parser.add_argument("overrides", nargs="*", help="config group presets (env=math) and key=value overrides")
-    parser.add_argument("--print-config", action="store_true", help="print the fully resolved config and exit")
+    parser.add_argument(
+        "overrides", nargs="*", help="config group presets (env=math) and key=value overrides"
+    )
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the fully resolved config and exit"
+    )
     return parser.parse_args(argv)
 
 
@@ -38,11 +43,27 @@ def main(argv: list[str] | None = None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(config))
     trainer = Trainer(config, build_components(config, run_dir))
-    final = asyncio.run(trainer.fit())
+    asyncio.run(trainer.fit())
     print(f"run dir: {run_dir}  final policy: {run_dir / 'hf_model'}")
-    summary = {key: value for key, value in final.items() if key.startswith("val/")}
-    print("final evaluation: " + " ".join(f"{key}={value:.4g}" for key, value in sorted(summary.items())))
+    print(held_out_summary(run_dir / "metrics.jsonl"))
     return 0
+
+
+def held_out_summary(metrics_path: Path) -> str:
+    """First and last held-out evaluation of the run, read back from metrics.jsonl."""
+    evaluations = [
+        record
+        for line in metrics_path.read_text().splitlines()
+        if "val/reward/mean" in (record := json.loads(line))
+    ]
+    if not evaluations:
+        return "no held-out evaluation was run"
+    first, last = evaluations[0], evaluations[-1]
+    key = "val/accuracy" if "val/accuracy" in last else "val/reward/mean"
+    return (
+        f"held-out {key.removeprefix('val/')}: {first[key]:.3f} at step {first['step']} -> "
+        f"{last[key]:.3f} at step {last['step']} ({int(last['val/num_problems'])} problems)"
+    )
 
 
 if __name__ == "__main__":

@@ -97,7 +97,9 @@ async def _episode(
         observation, reward, terminated, truncated, info = await _env_call(
             env.astep(text), budgets.step_timeout_s
         )
-        turn = Turn(text, generation.completion_ids, observation, [], float(reward), generation.finish_reason.value)
+        turn = Turn(
+            text, generation.completion_ids, observation, [], float(reward), generation.finish_reason.value
+        )
         trajectory.turns.append(turn)
         trajectory.reward += float(reward)
         trajectory.info.update(info)

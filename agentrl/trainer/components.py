@@ -55,7 +55,9 @@ def _rows(files: list[str], config: Config, num_rows: int, split: str) -> list[d
     if files:
         return [row for path in files for row in load_rows(path)]
     data = config.data
-    return generated_rows(data.generator, num_rows, seed=config.trainer.seed, split=split, **data.generator_kwargs)
+    return generated_rows(
+        data.generator, num_rows, seed=config.trainer.seed, split=split, **data.generator_kwargs
+    )
 
 
 def _check_env(make_env) -> None:
@@ -83,9 +85,16 @@ def build_components(config: Config, run_dir: Path) -> Components:
         max_batch_size=config.engine.max_batch_size,
         seed=config.trainer.seed,
     )
-    worker_kwargs = dict(actor=config.actor, device=device, dtype=dtype, temperature=rollout.temperature)
+    worker_kwargs = {
+        "actor": config.actor,
+        "device": device,
+        "dtype": dtype,
+        "temperature": rollout.temperature,
+    }
     actor = PolicyWorker(model_path, trainable=True, **worker_kwargs)
-    reference = PolicyWorker(model_path, trainable=False, **worker_kwargs) if config.actor.use_kl_loss else None
+    reference = (
+        PolicyWorker(model_path, trainable=False, **worker_kwargs) if config.actor.use_kl_loss else None
+    )
     return Components(
         run_dir=run_dir,
         make_env=make_env,

@@ -10,7 +10,11 @@ from agentrl.config_loader import ConfigError, load_config
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "agentrl.train", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "agentrl.train", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -32,7 +36,12 @@ def test_an_unknown_preset_lists_the_available_ones():
 
 def test_overrides_use_verl_names_and_win_over_presets():
     config = load_config(
-        ["env=math", "algorithm.adv_estimator=rloo", "actor.loss_agg_mode=seq-mean-token-sum-norm", "rollout.n=3"]
+        [
+            "env=math",
+            "algorithm.adv_estimator=rloo",
+            "actor.loss_agg_mode=seq-mean-token-sum-norm",
+            "rollout.n=3",
+        ]
     )
     assert config.algorithm.adv_estimator == "rloo"
     assert config.actor.loss_agg_mode == "seq-mean-token-sum-norm"
@@ -47,5 +56,7 @@ def test_print_config_shows_the_resolved_values():
 
 
 def test_batch_sizes_that_do_not_divide_are_rejected_before_any_work():
-    with pytest.raises(ConfigError, match="train_batch_size=10 must be a multiple of actor.ppo_mini_batch_size=4"):
+    with pytest.raises(
+        ConfigError, match="train_batch_size=10 must be a multiple of actor.ppo_mini_batch_size=4"
+    ):
         load_config(["data.train_batch_size=10", "actor.ppo_mini_batch_size=4"])

@@ -8,7 +8,11 @@ from agentrl.rollout.trajectory import Status
 from tests.rollout.scripted import LOGPROB, GuessEnv, ScriptedEngine
 
 BUDGETS = Budgets(
-    max_turns=4, max_new_tokens_per_turn=16, max_tokens_per_episode=512, step_timeout_s=5, episode_timeout_s=20
+    max_turns=4,
+    max_new_tokens_per_turn=16,
+    max_tokens_per_episode=512,
+    step_timeout_s=5,
+    episode_timeout_s=20,
 )
 
 
@@ -40,9 +44,9 @@ def test_multi_turn_tokens_are_the_sampled_tokens_plus_masked_template_deltas(to
     assert trajectory.reward == 1.0
     assert trajectory.response_ids == first + observation_ids + second
     assert trajectory.loss_mask == [1] * len(first) + [0] * len(observation_ids) + [1] * len(second)
-    assert trajectory.rollout_logprobs == [LOGPROB] * len(first) + [0.0] * len(observation_ids) + [LOGPROB] * len(
-        second
-    )
+    assert trajectory.rollout_logprobs == [LOGPROB] * len(first) + [0.0] * len(observation_ids) + [
+        LOGPROB
+    ] * len(second)
     # What the engine saw for turn two is exactly the canonical rendering of the conversation.
     assert engine.calls[1] == expected_context == trajectory.prompt_ids + first + observation_ids
     assert trajectory.num_template_mismatches == 0
@@ -73,7 +77,9 @@ def test_a_slow_env_step_truncates_by_time(tokenizer, template):
 
 def test_the_episode_timeout_keeps_the_turns_completed_so_far(tokenizer, template):
     budgets = Budgets(10, 16, 512, step_timeout_s=5, episode_timeout_s=0.5)
-    trajectory = episode(GuessEnv(attempts=10, step_sleep_s=0.2), ScriptedEngine(tokenizer, ["1"]), template, budgets)
+    trajectory = episode(
+        GuessEnv(attempts=10, step_sleep_s=0.2), ScriptedEngine(tokenizer, ["1"]), template, budgets
+    )
     assert trajectory.status is Status.TRUNCATED_TIME
     assert 1 <= len(trajectory.turns) < 10
     assert len(trajectory.response_ids) == len(trajectory.loss_mask) == len(trajectory.rollout_logprobs)
