@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import os
 import socket
 import time
@@ -36,6 +37,9 @@ OWNER_HOST_LABEL = "agentrl.sandbox.host"
 DOCKER_ERRORS = (docker.errors.DockerException, requests.RequestException, OSError)
 RUNNER_SOURCE = resources.files("sandbox.image").joinpath("runner.py").read_text()
 _uid_blocks = itertools.count()
+# Kernel memory of one empty tmpfs file (inode plus dentry), measured at about 960 bytes.
+INODE_BYTES = 1536
+SCRATCH_MOUNTS = 3  # /work, /tmp, /dev/shm
 
 
 @dataclass(frozen=True)
@@ -45,18 +49,23 @@ class DockerPoolConfig:
     image: str = DEFAULT_IMAGE
     pool_size: int = 4
     recycle_after: int = 200  # runs; a fresh container afterwards
-    memory_mb: int = 512  # cgroup limit a container starts with; each run sets its Limits.memory_mb
+    memory_mb: int = 512  # program memory a container starts with; each run sets its Limits.memory_mb
     pids_limit: int = 128  # per container (the cgroup); Limits.max_processes applies per run
     cpus: float = 1.0  # so that one runaway jail cannot take every core
-    # tmpfs pages count against the container's memory limit: keep them well below it.
+    # tmpfs pages and inodes are kernel memory charged to the container and only freed when the
+    # files are deleted, so their sizes and inode counts are bounded and the container's memory
+    # limit is the program's plus this scratch allowance (see `cgroup_memory_mb`).
     work_tmpfs_mb: int = 64
     tmp_tmpfs_mb: int = 64
     shm_mb: int = 16
+    scratch_inodes: int = 16384  # files + directories per tmpfs mount (/work, /tmp, /dev/shm)
+    runner_reserve_mb: int = 32  # for the runner to answer and clean up while the program's files fill memory
     wall_clock_grace_s: float = 2.0  # the host kills the container this long after the runner's deadline
     control_timeout_s: float = 30.0  # for start-up, writes and resets
 
     def __post_init__(self) -> None:
-        for name in ("pool_size", "recycle_after", "pids_limit", "work_tmpfs_mb", "tmp_tmpfs_mb", "shm_mb"):
+        positive = ("pool_size", "recycle_after", "pids_limit", "work_tmpfs_mb", "tmp_tmpfs_mb", "shm_mb")
+        for name in (*positive, "scratch_inodes", "runner_reserve_mb"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.memory_mb < 16:
@@ -64,6 +73,16 @@ class DockerPoolConfig:
         for name in ("cpus", "wall_clock_grace_s", "control_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+    def cgroup_memory_mb(self, program_memory_mb: int) -> int:
+        """The container's memory limit for a program allowed `program_memory_mb`.
+
+        Full scratch mounts (pages plus inodes, which the kernel cannot reclaim) must never leave
+        the runner without memory: the OOM killer would then end it and the run would be lost.
+        """
+        scratch_pages_mb = self.work_tmpfs_mb + self.tmp_tmpfs_mb + self.shm_mb
+        inodes_mb = math.ceil(SCRATCH_MOUNTS * self.scratch_inodes * INODE_BYTES / (1 << 20))
+        return program_memory_mb + scratch_pages_mb + inodes_mb + self.runner_reserve_mb
 
 
 async def docker_call(what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
@@ -86,7 +105,8 @@ async def remove_container(container: Any) -> None:
 
 def container_spec(config: DockerPoolConfig, uid: int, instance_id: str) -> dict[str, Any]:
     """Keyword arguments of `containers.create` for one locked-down pool container."""
-    owner = f"uid={uid},gid={uid},nosuid,nodev"
+    owner = f"uid={uid},gid={uid},nosuid,nodev,nr_inodes={config.scratch_inodes}"
+    memory = f"{config.cgroup_memory_mb(config.memory_mb)}m"
     return {
         "image": config.image,
         "command": ["python3", "-I", "-S", "-c", RUNNER_SOURCE],
@@ -95,16 +115,17 @@ def container_spec(config: DockerPoolConfig, uid: int, instance_id: str) -> dict
         "read_only": True,
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],
-        "mem_limit": f"{config.memory_mb}m",
-        "memswap_limit": f"{config.memory_mb}m",  # no swap on top of the memory limit
+        "mem_limit": memory,
+        "memswap_limit": memory,  # no swap on top of the memory limit
         "pids_limit": config.pids_limit,
         "nano_cpus": int(config.cpus * 1e9),
-        "shm_size": f"{config.shm_mb}m",
         "ipc_mode": "private",
         "oom_score_adj": 500,  # if the host runs out of memory, jails go first
         "tmpfs": {
             "/work": f"rw,exec,{owner},size={config.work_tmpfs_mb}m,mode=0700",
             "/tmp": f"rw,noexec,{owner},size={config.tmp_tmpfs_mb}m,mode=1777",
+            # Replaces Docker's own /dev/shm mount, whose inode count is unbounded.
+            "/dev/shm": f"rw,noexec,{owner},size={config.shm_mb}m,mode=1777",
         },
         "hostname": "sandbox",
         "working_dir": "/work",
@@ -217,7 +238,7 @@ class PooledContainer:
     async def _set_memory(self, memory_mb: int) -> None:
         if memory_mb < 16:
             raise ValueError(f"Limits.memory_mb must be >= 16, got {memory_mb}")
-        limit = f"{memory_mb}m"
+        limit = f"{self.config.cgroup_memory_mb(memory_mb)}m"
         await docker_call(
             "updating the memory limit", self.container.update, mem_limit=limit, memswap_limit=limit
         )

@@ -26,6 +26,7 @@ import resource
 import selectors
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -33,6 +34,7 @@ import time
 
 WORK_DIR = "/work"
 SCRATCH_DIRS = ("/work", "/tmp")
+SCRATCH_DIR_MODES = {"/work": 0o700, "/tmp": 0o1777}  # as mounted; a program may chmod them
 # Writable places outside the two scratch tmpfs mounts; anything left there is suspicious.
 OTHER_WRITABLE_DIRS = ("/dev/shm", "/dev/mqueue")
 OOM_FILES = ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events")
@@ -118,6 +120,12 @@ def set_child_limits(limits):
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_OPEN_FILES, MAX_OPEN_FILES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # When the container runs out of memory the kernel must kill the program, never the runner
+    # (that would end the container mid-run). Raising one's own score needs no privilege, but
+    # /proc/self of a non-dumpable process belongs to root; exec makes it dumpable anyway.
+    ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    with open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write("1000")
 
 
 def spawn(argv, limits):
@@ -283,7 +291,8 @@ def _scratch_full(max_file_size):
     """Whether the program hit the file size limit or filled a scratch tmpfs: output it could
     not write (most runtimes ignore SIGXFSZ and see EFBIG/ENOSPC as an ordinary error)."""
     for directory in SCRATCH_DIRS:
-        if os.statvfs(directory).f_bavail == 0:
+        usage = os.statvfs(directory)
+        if usage.f_bavail == 0 or usage.f_favail == 0:  # out of space or out of inodes
             return True
         for root, _, names in os.walk(directory):
             for name in names:
@@ -300,17 +309,54 @@ def _other_writable_dirs_empty():
 
 
 def write_files(files):
+    """Write each file at its path under /work, replacing whatever a program left there.
+
+    The program ran as the runner's uid and may have put a directory, a symlink or an
+    unreadable directory where a judge file or one of its parents belongs. No program process
+    is alive between runs, so what is checked here cannot change before it is written."""
+    os.chmod(WORK_DIR, 0o700)  # the program may have taken away our access to /work itself
     for relative, encoded in files.items():
+        parent = WORK_DIR
+        for part in relative.split("/")[:-1]:
+            parent = os.path.join(parent, part)
+            _make_real_directory(parent)
         path = os.path.join(WORK_DIR, relative)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as handle:
+        remove_path(path)
+        # O_NOFOLLOW|O_EXCL: never write through a link, never into something already there.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with open(os.open(path, flags, 0o666), "wb") as handle:
             handle.write(base64.b64decode(encoded))
+
+
+def _make_real_directory(path):
+    """A writable directory (not a link to one) at path, replacing anything else there."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            os.chmod(path, 0o700)
+            return
+    except FileNotFoundError:
+        pass
+    remove_path(path)
+    os.mkdir(path, 0o700)
+
+
+def remove_path(path):
+    """Remove a file, a symlink (never what it points to) or a whole directory tree at path."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):  # lstat: a symlink to a directory is not a directory here
+        shutil.rmtree(path, onerror=_make_removable)
+    else:
+        os.unlink(path)
 
 
 def _make_removable(function, path, _):
     # Jailed code may chmod its directories to 000; the runner owns them and can undo that.
     os.chmod(os.path.dirname(path), 0o700)
-    os.chmod(path, 0o700)
+    if not os.path.islink(path):  # chmod follows links: never change what a link points to
+        os.chmod(path, 0o700)
     function(path)
 
 
@@ -318,13 +364,10 @@ def reset():
     """Kill every process and empty the scratch dirs; `clean` says whether that fully worked."""
     kill_everything_else()
     for directory in SCRATCH_DIRS:
+        os.chmod(directory, SCRATCH_DIR_MODES[directory])
         for name in os.listdir(directory):
-            path = os.path.join(directory, name)
             try:
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, onerror=_make_removable)
-                else:
-                    os.unlink(path)
+                remove_path(os.path.join(directory, name))
             except OSError:
                 pass
     clean = all(not os.listdir(directory) for directory in SCRATCH_DIRS)
