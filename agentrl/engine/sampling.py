@@ -1,0 +1,123 @@
+"""Inference stage, sampling step: turn one decode step's logits into tokens and logprobs.
+
+Every row of a batch carries its own temperature, top-k, top-p and random stream, and the
+token a row gets depends only on that row's logits and its own uniform draw. That is what
+makes a seeded request sample the same tokens whether it runs alone or batched with others.
+Sampling is inverse-CDF over the vocabulary in its natural order, so filtering only masks
+tokens out and never reorders them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from agentrl.engine.protocol import SamplingParams
+
+
+def validate_sampling(sampling: SamplingParams) -> None:
+    """Raise ValueError naming the first field of `sampling` outside its valid range."""
+    if sampling.max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens={sampling.max_new_tokens} must be >= 1")
+    if sampling.temperature < 0:
+        raise ValueError(f"temperature={sampling.temperature} must be >= 0 (0 means greedy)")
+    if not 0 < sampling.top_p <= 1:
+        raise ValueError(f"top_p={sampling.top_p} must be in (0, 1]; use 1.0 to disable top-p")
+    if sampling.top_k == 0 or sampling.top_k < -1:
+        raise ValueError(f"top_k={sampling.top_k} must be >= 1, or -1 to disable top-k")
+
+
+@dataclass(frozen=True)
+class RowSampling:
+    """Per-row sampling parameters of one decode step, on the logits' device."""
+
+    temperatures: torch.Tensor  # [num_rows] float32, 0 for greedy rows
+    top_ks: torch.Tensor  # [num_rows] int64, -1 where top-k is off
+    top_ps: torch.Tensor  # [num_rows] float32, 1 where top-p is off
+    uniforms: torch.Tensor  # [num_rows] float64 in [0, 1), ignored on greedy rows
+    all_greedy: bool  # known on the host, so no device sync is needed to skip sampling
+    max_top_k: int  # largest top_k of any row, -1 when no row uses top-k
+    any_top_p: bool
+
+    @staticmethod
+    def build(
+        params: list[SamplingParams], generators: list[torch.Generator], device: torch.device
+    ) -> RowSampling:
+        """Draw one uniform per sampled row from that row's own generator."""
+        uniforms = [
+            torch.rand((), generator=g, dtype=torch.float64).item() if p.temperature > 0 else 0.0
+            for p, g in zip(params, generators, strict=True)
+        ]
+        return RowSampling(
+            temperatures=torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device),
+            top_ks=torch.tensor([p.top_k for p in params], dtype=torch.int64, device=device),
+            top_ps=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
+            uniforms=torch.tensor(uniforms, dtype=torch.float64, device=device),
+            all_greedy=all(p.temperature == 0 for p in params),
+            max_top_k=max(p.top_k for p in params),
+            any_top_p=any(p.top_p < 1 for p in params),
+        )
+
+
+def sample_next_tokens(logits: torch.Tensor, rows: RowSampling) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row; return (token_ids [num_rows], logprobs [num_rows]).
+
+    The logprob is log_softmax(logits / temperature) of the chosen token before top-k/top-p
+    filtering; greedy rows (temperature 0) report log_softmax(logits).
+    """
+    greedy = rows.temperatures == 0
+    scale = torch.where(greedy, torch.ones_like(rows.temperatures), rows.temperatures)
+    scaled = logits.float() / scale[:, None]  # [num_rows, vocab]
+    logprobs = torch.log_softmax(scaled, dim=-1)
+    token_ids = scaled.argmax(dim=-1)
+    if not rows.all_greedy:
+        keep = top_k_top_p_mask(scaled, rows)
+        sampled = inverse_cdf_sample(logprobs.exp() * keep, rows.uniforms)
+        token_ids = torch.where(greedy, token_ids, sampled)
+    return token_ids, logprobs.gather(-1, token_ids[:, None]).squeeze(-1)
+
+
+def top_k_top_p_mask(scaled: torch.Tensor, rows: RowSampling) -> torch.Tensor:
+    """Top-k first, then top-p over the renormalised survivors (the usual warper order)."""
+    keep = torch.ones_like(scaled, dtype=torch.bool)
+    if rows.max_top_k > 0:
+        keep = top_k_mask(scaled, rows.top_ks, rows.max_top_k)
+    if rows.any_top_p:
+        probs = torch.softmax(scaled.masked_fill(~keep, -torch.inf), dim=-1)
+        keep = keep & top_p_mask(probs, rows.top_ps)
+    return keep
+
+
+def top_k_mask(scaled: torch.Tensor, top_ks: torch.Tensor, max_top_k: int) -> torch.Tensor:
+    """Keep, per row, the tokens whose logit is at least the row's k-th largest (ties are kept)."""
+    num_largest = min(max_top_k, scaled.shape[-1])
+    largest = torch.topk(scaled, num_largest, dim=-1).values  # [num_rows, num_largest]
+    kth = (top_ks.clamp(min=1, max=num_largest) - 1)[:, None]
+    thresholds = torch.where(top_ks[:, None] > 0, largest.gather(-1, kth), -torch.inf)
+    return scaled >= thresholds
+
+
+def top_p_mask(probs: torch.Tensor, top_ps: torch.Tensor) -> torch.Tensor:
+    """Keep, per row, the smallest set of most likely tokens whose mass reaches top_p."""
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    keep_sorted = mass_before < top_ps[:, None]
+    keep_sorted[:, 0] = True  # the most likely token always survives
+    keep = torch.empty_like(keep_sorted).scatter_(-1, order, keep_sorted)
+    # Rows with top-p off keep everything: rounding in the cumulative sum must not drop their tail.
+    return keep | (top_ps >= 1)[:, None]
+
+
+def inverse_cdf_sample(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Pick, per row, the token where the cumulative weight first exceeds uniform * total.
+
+    `weights` [num_rows, vocab] are non-negative and need not sum to one.
+    """
+    cdf = weights.double().cumsum(dim=-1)
+    targets = uniforms[:, None] * cdf[:, -1:]
+    token_ids = torch.searchsorted(cdf, targets, right=True).squeeze(-1)
+    token_ids = token_ids.clamp(max=weights.shape[-1] - 1)
+    # Rounding can land a draw of u ~ 1 past the last kept token; fall back to the likeliest one.
+    landed = weights.gather(-1, token_ids[:, None]).squeeze(-1) > 0
+    return torch.where(landed, token_ids, weights.argmax(dim=-1))
