@@ -1,0 +1,103 @@
+"""Smoke runs of `python -m agentrl.train` as a user runs it, with tiny budgets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from transformers import AutoModelForCausalLM
+
+TINY = [
+    "data.train_batch_size=4",
+    "actor.ppo_mini_batch_size=2",
+    "actor.ppo_micro_batch_size_per_gpu=4",
+    "rollout.n=4",
+    "data.val_size=8",
+]
+
+
+def train(run_dir: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB")}
+    return subprocess.run(
+        [sys.executable, "-m", "agentrl.train", *overrides, f"trainer.run_dir={run_dir}"],
+        check=False, capture_output=True, text=True, timeout=timeout, env=env,
+    )  # fmt: skip
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_the_main_job_trains_two_steps_and_saves_a_loadable_policy(tmp_path):
+    result = train(tmp_path, "env=math", "trainer.total_training_steps=2", *TINY)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = metrics(tmp_path)
+    assert [record["step"] for record in steps] == [0, 1, 2]
+    for key in (
+        "reward/mean",
+        "frac_reward_zero_std",
+        "actor/pg_loss",
+        "actor/grad_norm",
+        "timing_s/rollout",
+        "perf/throughput",
+        "rollout/status/completed",
+        "response_length/mean",
+        "num_turns/mean",
+    ):
+        assert key in steps[1], key
+    assert "val/accuracy" in steps[0] and "val/accuracy" in steps[2]
+    trajectory = json.loads((tmp_path / "rollouts" / "step_0.jsonl").read_text().splitlines()[0])
+    assert (
+        len(trajectory["response_ids"]) == len(trajectory["loss_mask"]) == len(trajectory["rollout_logprobs"])
+    )
+    assert "held-out accuracy:" in result.stdout
+    assert (tmp_path / "wandb").is_dir()  # offline Weights & Biases run, no key needed
+    AutoModelForCausalLM.from_pretrained(tmp_path / "hf_model")
+
+
+def test_the_custom_env_example_trains_with_the_readme_command(tmp_path):
+    result = train(
+        tmp_path, "env=custom", "trainer.total_training_steps=2", "trainer.logger=[console]", *TINY
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [record["step"] for record in metrics(tmp_path)] == [0, 1, 2]
+
+
+def _wait_for_checkpoint(run_dir: Path, process: subprocess.Popen, step: int, timeout_s: float) -> None:
+    latest = run_dir / "checkpoints" / f"step_{step:06d}"
+    deadline = time.monotonic() + timeout_s
+    while not latest.is_dir():
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.2)
+
+
+def test_a_run_killed_with_sigkill_resumes_with_the_same_steps_and_data_order(tmp_path):
+    overrides = ["env=math", "trainer.total_training_steps=4", "trainer.save_freq=1", "trainer.logger=[console]",
+                 "trainer.val_before_train=false", *TINY]  # fmt: skip
+    interrupted, reference = tmp_path / "interrupted", tmp_path / "reference"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentrl.train", *overrides, f"trainer.run_dir={interrupted}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    _wait_for_checkpoint(interrupted, process, 2, timeout_s=240)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+    resumed = train(interrupted, *overrides)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stdout
+    assert train(reference, *overrides).returncode == 0
+
+    def groups(run_dir: Path, step: int) -> list[int]:
+        lines = (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()
+        return [json.loads(line)["group_id"] for line in lines]
+
+    assert [r["step"] for r in metrics(interrupted)][-1] == 4
+    for step in range(4):
+        assert groups(interrupted, step) == groups(reference, step)
