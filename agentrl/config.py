@@ -27,8 +27,12 @@ class ModelConfig(Section):
 class DataConfig(Section):
     train_files: list[str] = Field(default_factory=list, description="parquet/jsonl in verl's row layout")
     val_files: list[str] = Field(default_factory=list, description="held-out rows for evaluation")
-    generator: str | None = Field(None, description="'module:function' that makes rows when no files are given")
-    generator_kwargs: dict[str, Any] = Field(default_factory=dict, description="extra kwargs for the generator")
+    generator: str | None = Field(
+        None, description="'module:function' that makes rows when no files are given"
+    )
+    generator_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="extra kwargs for the generator"
+    )
     train_size: int = Field(2048, gt=0, description="rows to generate for training")
     val_size: int = Field(200, gt=0, description="rows to generate for evaluation")
     train_batch_size: int = Field(16, gt=0, description="prompts (groups) per training step")
@@ -81,7 +85,9 @@ class TrainerConfig(Section):
     save_freq: int = Field(10, ge=0, description="checkpoint every N steps (0: only at the end)")
     test_freq: int = Field(0, ge=0, description="evaluate every N steps (0: only at the end)")
     val_before_train: bool = True
-    resume: Literal["auto", "disable"] = Field("auto", description="auto: continue from the run dir's latest checkpoint")
+    resume: Literal["auto", "disable"] = Field(
+        "auto", description="auto: continue from the run dir's latest checkpoint"
+    )
     max_checkpoints_to_keep: int = Field(2, gt=0)
     logger: list[Literal["console", "wandb"]] = Field(default_factory=lambda: ["console"])
     dump_rollouts: bool = Field(True, description="write each step's trajectories to rollouts/step_N.jsonl")

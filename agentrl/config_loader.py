@@ -73,7 +73,9 @@ def _split_args(args: list[str], groups: dict[str, list[str]]) -> tuple[dict[str
         elif value in groups[key]:
             selections[key] = value
         else:
-            raise ConfigError(f"no preset '{value}' in config group '{key}'; available: {', '.join(groups[key])}")
+            raise ConfigError(
+                f"no preset '{value}' in config group '{key}'; available: {', '.join(groups[key])}"
+            )
     return selections, overrides
 
 

@@ -20,7 +20,11 @@ from agentrl.rollout.trajectory import Status, Trajectory
 def _summary(prefix: str, values: list[float]) -> dict[str, float]:
     if not values:
         return {}
-    return {f"{prefix}/mean": statistics.fmean(values), f"{prefix}/max": max(values), f"{prefix}/min": min(values)}
+    return {
+        f"{prefix}/mean": statistics.fmean(values),
+        f"{prefix}/max": max(values),
+        f"{prefix}/min": min(values),
+    }
 
 
 def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[str, float]:
@@ -40,7 +44,9 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[st
         **_summary("num_turns", [float(len(t.turns)) for t in valid]),
         "rollout/num_trajectories": float(len(trajectories)),
         "rollout/template_mismatch_frac": (
-            sum(t.num_template_mismatches > 0 for t in trajectories) / len(trajectories) if trajectories else 0.0
+            sum(t.num_template_mismatches > 0 for t in trajectories) / len(trajectories)
+            if trajectories
+            else 0.0
         ),
     }
     correct = [t.info["correct"] for t in valid if isinstance(t.info.get("correct"), bool)]
@@ -55,10 +61,19 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[st
 class MetricsLogger:
     """Writes step metrics to metrics.jsonl, the console and optionally Weights & Biases."""
 
-    CONSOLE_KEYS = ("reward/mean", "val/accuracy", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm",
-                    "response_length/mean", "timing_s/step")
+    CONSOLE_KEYS = (
+        "reward/mean",
+        "val/accuracy",
+        "actor/pg_loss",
+        "actor/kl_loss",
+        "actor/grad_norm",
+        "response_length/mean",
+        "timing_s/step",
+    )
 
-    def __init__(self, run_dir: Path, loggers: list[str], project: str, name: str, config: dict[str, Any]) -> None:
+    def __init__(
+        self, run_dir: Path, loggers: list[str], project: str, name: str, config: dict[str, Any]
+    ) -> None:
         self.path = run_dir / "metrics.jsonl"
         self.console = "console" in loggers
         self.wandb_run = None
@@ -67,7 +82,9 @@ class MetricsLogger:
 
             if not os.environ.get("WANDB_API_KEY") and not os.environ.get("WANDB_MODE"):
                 os.environ["WANDB_MODE"] = "offline"
-            self.wandb_run = wandb.init(project=project, name=name, dir=str(run_dir), config=config, resume="allow")
+            self.wandb_run = wandb.init(
+                project=project, name=name, dir=str(run_dir), config=config, resume="allow"
+            )
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         with self.path.open("a") as handle:

@@ -33,7 +33,9 @@ class StepTimer:
     def stage(self, name: str):
         start = time.perf_counter()
         yield
-        self.seconds[f"timing_s/{name}"] = self.seconds.get(f"timing_s/{name}", 0.0) + time.perf_counter() - start
+        self.seconds[f"timing_s/{name}"] = (
+            self.seconds.get(f"timing_s/{name}", 0.0) + time.perf_counter() - start
+        )
 
 
 class Trainer:
@@ -49,7 +51,9 @@ class Trainer:
             config.model_dump(mode="json"),
         )
 
-    async def _rollout(self, rows, row_ids, step: int, sampling: Sampling, n: int, desc: str) -> list[Trajectory]:
+    async def _rollout(
+        self, rows, row_ids, step: int, sampling: Sampling, n: int, desc: str
+    ) -> list[Trajectory]:
         return await rollout_groups(
             rows, row_ids, self.c.make_env, self.c.engine, self.c.template,
             n=n, seed=self.config.trainer.seed, sampling_seed=self.config.trainer.seed * 100_003 + step,
@@ -60,9 +64,13 @@ class Trainer:
         """Rollout groups for this step; with dynamic sampling, keep only groups with reward spread."""
         rollout, algorithm = self.config.rollout, self.config.algorithm
         trajectories, metrics = [], {}
-        for attempt in range(algorithm.filter_groups.max_num_gen_batches if algorithm.filter_groups.enable else 1):
-            rows, row_ids = self.c.sampler.batch(step) if attempt == 0 else self.c.extra_sampler.batch(
-                step * algorithm.filter_groups.max_num_gen_batches + attempt
+        for attempt in range(
+            algorithm.filter_groups.max_num_gen_batches if algorithm.filter_groups.enable else 1
+        ):
+            rows, row_ids = (
+                self.c.sampler.batch(step)
+                if attempt == 0
+                else self.c.extra_sampler.batch(step * algorithm.filter_groups.max_num_gen_batches + attempt)
             )
             batch = await self._rollout(rows, row_ids, step * 1000 + attempt, self.c.train_sampling, rollout.n,
                                         f"step {step} rollout")  # fmt: skip
@@ -128,13 +136,19 @@ class Trainer:
             with timer.stage("step"):
                 metrics = await self.train_step(step, timer)
                 done = step + 1
-                if (trainer.test_freq and done % trainer.test_freq == 0) or done == trainer.total_training_steps:
+                if (
+                    trainer.test_freq and done % trainer.test_freq == 0
+                ) or done == trainer.total_training_steps:
                     with timer.stage("eval"):
                         final_metrics = await self.evaluate(done)
                     metrics.update(final_metrics)
-                if (trainer.save_freq and done % trainer.save_freq == 0) or done == trainer.total_training_steps:
+                if (
+                    trainer.save_freq and done % trainer.save_freq == 0
+                ) or done == trainer.total_training_steps:
                     with timer.stage("save_checkpoint"):
-                        save_checkpoint(c.run_dir, done, c.actor, {"step": done}, keep=trainer.max_checkpoints_to_keep)
+                        save_checkpoint(
+                            c.run_dir, done, c.actor, {"step": done}, keep=trainer.max_checkpoints_to_keep
+                        )
             metrics.update(timer.seconds)
             metrics["perf/throughput"] = metrics["perf/rollout_tokens"] / timer.seconds["timing_s/rollout"]
             self.logger.log(done, metrics)
