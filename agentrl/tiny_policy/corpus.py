@@ -1,0 +1,152 @@
+"""Data stage (offline default policy): the synthetic SFT conversations the tiny policy learns from.
+
+Three families, in exactly the formats of the built-in envs: math (boxed answers, with some
+retries after "incorrect" feedback), calculator tool calls, and short Python functions.
+Math prompts come from the math env's own generator with split="sft", so they are drawn from a
+different stream than the env's train and val rows.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from agentrl.tiny_policy.code_tasks import make_code_conversation
+from envs.math.synthetic import MAX_DIFFICULTY, make_expression, make_row
+
+SPLIT = "sft"
+RETRY_FEEDBACK = "Your answer is incorrect. Try again."
+CALCULATOR_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string"}},
+            "required": ["expression"],
+        },
+    },
+}
+TOOL_QUESTIONS = (
+    "What is {expression}? Put the final answer in \\boxed{{}}.",
+    "Use the calculator to compute {expression}. Put the final answer in \\boxed{{}}.",
+    "Compute {expression} with the calculator tool. Put the final answer in \\boxed{{}}.",
+)
+
+
+class Family(str, enum.Enum):
+    """Which env family a conversation imitates."""
+
+    MATH = "math"
+    TOOL = "tool"
+    CODE = "code"
+
+
+DEFAULT_MATH_FRACTION = 0.7  # the rest is split evenly between tool calls and code
+# Share of single-attempt math replies that teach a plausible mistake. A teacher that is always
+# right makes a policy that samples its one answer almost deterministically, so groups of
+# rollouts rarely disagree and RL gets no signal; a noisy teacher leaves the policy uncertain
+# between right and wrong answers, which RL can then sharpen.
+DEFAULT_ANSWER_NOISE = 0.25
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One SFT example: chat messages, the tools shown to the model, which turns carry loss."""
+
+    family: Family
+    messages: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...] | None
+    trained: tuple[bool, ...]  # [num_messages] True on assistant turns the model learns to write
+
+
+def make_corpus(
+    num_conversations: int,
+    seed: int,
+    math_fraction: float = DEFAULT_MATH_FRACTION,
+    retry_fraction: float = 0.15,
+    answer_noise: float = DEFAULT_ANSWER_NOISE,
+) -> list[Conversation]:
+    """`num_conversations` conversations; the same arguments always give the same corpus."""
+    if num_conversations < 1:
+        raise ValueError(f"num_conversations must be >= 1, got {num_conversations}")
+    if not all(0.0 <= value <= 1.0 for value in (math_fraction, retry_fraction, answer_noise)):
+        raise ValueError(
+            "math_fraction, retry_fraction and answer_noise must be in [0, 1], "
+            f"got {math_fraction}, {retry_fraction}, {answer_noise}"
+        )
+    rng = random.Random(f"{SPLIT}-{seed}")
+    families = [Family.MATH, Family.TOOL, Family.CODE]
+    weights = [math_fraction, (1 - math_fraction) / 2, (1 - math_fraction) / 2]
+    corpus = []
+    for index in range(num_conversations):
+        family = rng.choices(families, weights)[0]
+        if family is Family.MATH:
+            retry = rng.random() < retry_fraction
+            noisy = not retry and rng.random() < answer_noise
+            corpus.append(make_math_conversation(rng, index, retry=retry, noisy=noisy))
+        elif family is Family.TOOL:
+            corpus.append(make_tool_conversation(rng))
+        else:
+            messages = make_code_conversation(rng)
+            corpus.append(Conversation(Family.CODE, messages, None, (False, True)))
+    return corpus
+
+
+def solve(expression: str) -> int:
+    """The value of an expression built from integers and + - * ( ) only."""
+    return eval(expression, {"__builtins__": {}})  # trusted: generated here from integers
+
+
+def working(expression: str, answer: int) -> str:
+    """A very short worked answer: one intermediate step for a parenthesised expression."""
+    if expression.startswith("("):
+        inner, outer = expression[1:].split(")", 1)
+        return f"{expression} = {solve(inner)}{outer} = {answer}. \\boxed{{{answer}}}"
+    return f"{expression} = {answer}. \\boxed{{{answer}}}"
+
+
+def wrong_answer(rng: random.Random, answer: int) -> int:
+    """A plausible mistake: off by a small amount or by ten."""
+    return answer + rng.choice([-10, -2, -1, 1, 2, 10])
+
+
+def make_math_conversation(rng: random.Random, index: int, retry: bool, noisy: bool = False) -> Conversation:
+    """A math-env episode; with `retry`, a wrong first answer (no loss on it) and a correct retry;
+    with `noisy`, a single reply that states a plausible mistake (trained on)."""
+    expression = make_expression(rng, rng.randint(1, MAX_DIFFICULTY))
+    row = make_row(expression, index, SPLIT)
+    answer = int(row["reward_model"]["ground_truth"])
+    correct = {"role": "assistant", "content": working(expression, answer)}
+    mistake = wrong_answer(rng, answer)
+    wrong = {"role": "assistant", "content": f"{expression} = {mistake}. \\boxed{{{mistake}}}"}
+    if not retry:
+        return Conversation(Family.MATH, (*row["prompt"], wrong if noisy else correct), None, (False, True))
+    feedback = {"role": "user", "content": RETRY_FEEDBACK}
+    return Conversation(
+        Family.MATH, (*row["prompt"], wrong, feedback, correct), None, (False, False, False, True)
+    )
+
+
+def make_tool_expression(rng: random.Random) -> str:
+    """Math-env expressions plus larger ones that only a calculator answers reliably."""
+    if rng.random() < 0.6:
+        return make_expression(rng, rng.randint(1, MAX_DIFFICULTY))
+    return f"{rng.randint(10, 999)} {rng.choice('+-*')} {rng.randint(10, 999)}"
+
+
+def make_tool_conversation(rng: random.Random) -> Conversation:
+    """A calculator episode: question, tool call, tool result, boxed answer."""
+    expression = make_tool_expression(rng)
+    value = solve(expression)
+    call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": expression}}}
+    messages = (
+        {"role": "user", "content": rng.choice(TOOL_QUESTIONS).format(expression=expression)},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "name": "calculator", "content": str(value)},
+        {"role": "assistant", "content": f"\\boxed{{{value}}}"},
+    )
+    return Conversation(Family.TOOL, messages, (CALCULATOR_TOOL,), (False, True, False, True))
