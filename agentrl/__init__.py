@@ -1,0 +1,1 @@
+"""agentrl: reinforcement learning for multi-turn LLM agents (see README.md for the dataflow)."""
