@@ -49,13 +49,28 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[st
             else 0.0
         ),
     }
-    correct = [t.info["correct"] for t in valid if isinstance(t.info.get("correct"), bool)]
-    if correct:
-        metrics["accuracy"] = sum(correct) / len(correct)
+    metrics.update(_accuracy(valid))
     for status in Status:
         count = sum(t.status is status for t in trajectories)
         metrics[f"rollout/status/{status.value}"] = count / len(trajectories) if trajectories else 0.0
     return {f"{prefix}{key}": value for key, value in metrics.items()}
+
+
+def _accuracy(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Fraction correct (for envs that report info["correct"]) and its standard error over problems.
+
+    Samples of one problem are correlated, so the error is taken over per-problem means.
+    """
+    by_problem: dict[int, list[bool]] = defaultdict(list)
+    for t in trajectories:
+        if isinstance(t.info.get("correct"), bool):
+            by_problem[t.group_id].append(t.info["correct"])
+    if not by_problem:
+        return {}
+    samples = [c for group in by_problem.values() for c in group]
+    per_problem = [sum(group) / len(group) for group in by_problem.values()]
+    stderr = statistics.stdev(per_problem) / len(per_problem) ** 0.5 if len(per_problem) > 1 else 0.0
+    return {"accuracy": sum(samples) / len(samples), "accuracy_stderr": stderr}
 
 
 class MetricsLogger:

@@ -60,9 +60,14 @@ def held_out_summary(metrics_path: Path) -> str:
         return "no held-out evaluation was run"
     first, last = evaluations[0], evaluations[-1]
     key = "val/accuracy" if "val/accuracy" in last else "val/reward/mean"
+
+    def value(record: dict) -> str:
+        error = record.get(f"{key}_stderr")
+        return f"{record[key]:.3f}" + (f" ± {error:.3f}" if error is not None else "")
+
     return (
-        f"held-out {key.removeprefix('val/')}: {first[key]:.3f} at step {first['step']} -> "
-        f"{last[key]:.3f} at step {last['step']} ({int(last['val/num_problems'])} problems)"
+        f"held-out {key.removeprefix('val/')}: {value(first)} at step {first['step']} -> "
+        f"{value(last)} at step {last['step']} ({int(last['val/num_problems'])} problems; ± one standard error)"
     )
 
 
