@@ -33,7 +33,7 @@ class BuildConfig:
 
     out: Path
     steps: int = 3000
-    seed: int = 3  # the shipped checkpoint was built with this seed
+    seed: int = 0  # the shipped checkpoint was built with this seed (and --device cuda)
     batch_size: int = 32
     learning_rate: float = 2e-3
     warmup_steps: int = 50
