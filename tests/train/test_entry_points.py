@@ -60,6 +60,25 @@ def test_the_main_job_trains_two_steps_and_saves_a_loadable_policy(tmp_path):
     AutoModelForCausalLM.from_pretrained(tmp_path / "hf_model")
 
 
+def test_the_multi_turn_math_mode_trains_with_feedback_turns_masked(tmp_path):
+    result = train(
+        tmp_path, "env=math", "env.kwargs.max_attempts=2", "rollout.max_turns=2", "trainer.total_training_steps=1",
+        "trainer.logger=[console]", "trainer.val_before_train=false", *TINY,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    trajectories = [
+        json.loads(line) for line in (tmp_path / "rollouts" / "step_0.jsonl").read_text().splitlines()
+    ]
+    retried = [t for t in trajectories if len(t["turns"]) == 2]
+    assert retried, "no episode got a second attempt"
+    for t in retried:
+        first, feedback = t["turns"][0]["completion_ids"], t["turns"][0]["observation_ids"]
+        assert t["turns"][0]["observation"] == [
+            {"role": "user", "content": "Your answer is incorrect. Try again."}
+        ]
+        assert t["loss_mask"][: len(first) + len(feedback)] == [1] * len(first) + [0] * len(feedback)
+
+
 def test_the_custom_env_example_trains_with_the_readme_command(tmp_path):
     result = train(
         tmp_path, "env=custom", "trainer.total_training_steps=2", "trainer.logger=[console]", *TINY
