@@ -61,29 +61,37 @@ class Trainer:
         )  # fmt: skip
 
     async def _train_rollout(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
-        """Rollout groups for this step; with dynamic sampling, keep only groups with reward spread."""
-        rollout, algorithm = self.config.rollout, self.config.algorithm
-        trajectories, metrics = [], {}
-        for attempt in range(
-            algorithm.filter_groups.max_num_gen_batches if algorithm.filter_groups.enable else 1
-        ):
-            rows, row_ids = (
-                self.c.sampler.batch(step)
-                if attempt == 0
-                else self.c.extra_sampler.batch(step * algorithm.filter_groups.max_num_gen_batches + attempt)
-            )
-            batch = await self._rollout(rows, row_ids, step * 1000 + attempt, self.c.train_sampling, rollout.n,
-                                        f"step {step} rollout")  # fmt: skip
+        """Rollout groups for this step; with dynamic sampling, keep only groups with reward spread.
+
+        Dynamic sampling (DAPO) draws extra batches from a second deterministic order until
+        `data.train_batch_size` groups with reward spread are kept or the round limit is hit.
+        """
+        rollout, filter_groups = self.config.rollout, self.config.algorithm.filter_groups
+        wanted = self.config.data.train_batch_size
+        num_rounds = filter_groups.max_num_gen_batches if filter_groups.enable else 1
+        trajectories: list[Trajectory] = []
+        metrics: dict[str, float] = {}
+        for attempt in range(num_rounds):
+            if attempt == 0:
+                rows, row_ids = self.c.sampler.batch(step)
+            else:
+                rows, row_ids = self.c.extra_sampler.batch(step * num_rounds + attempt)
+            kept_ids = {t.group_id for t in trajectories}
+            fresh = [
+                (row, row_id) for row, row_id in zip(rows, row_ids, strict=True) if row_id not in kept_ids
+            ]
+            batch = await self._rollout(
+                [row for row, _ in fresh], [row_id for _, row_id in fresh],
+                step * 1000 + attempt, self.c.train_sampling, rollout.n, f"step {step} rollout",
+            )  # fmt: skip
             if attempt == 0:
                 metrics = rollout_metrics(batch)
-            trajectories += batch
-            if not algorithm.filter_groups.enable:
-                break
-            trajectories = _drop_zero_spread_groups(trajectories)
-            if len({t.group_id for t in trajectories}) >= self.config.data.train_batch_size:
+            trajectories += _drop_zero_spread_groups(batch) if filter_groups.enable else batch
+            if len({t.group_id for t in trajectories}) >= wanted:
                 break
         metrics["rollout/num_gen_batches"] = float(attempt + 1)
-        return trajectories, metrics
+        kept_groups = list(dict.fromkeys(t.group_id for t in trajectories))[:wanted]
+        return [t for t in trajectories if t.group_id in set(kept_groups)], metrics
 
     async def evaluate(self, step: int) -> dict[str, float]:
         val = self.config.rollout.val_kwargs
@@ -99,6 +107,14 @@ class Trainer:
         c, config = self.c, self.config
         with timer.stage("rollout"):
             trajectories, metrics = await self._train_rollout(step)
+        num_tokens = sum(len(t.prompt_ids) + len(t.response_ids) for t in trajectories)
+        metrics["perf/rollout_tokens"] = float(num_tokens)
+        if config.trainer.dump_rollouts:
+            dump_trajectories(c.run_dir / "rollouts" / f"step_{step}.jsonl", trajectories)
+        if all(t.status.is_error for t in trajectories):
+            # Nothing to learn from (every episode failed, or dynamic sampling kept no group).
+            metrics["actor/skipped_update"] = 1.0
+            return metrics
         rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)
         group_ids = torch.tensor([t.group_id for t in trajectories])
         valid = torch.tensor([not t.status.is_error for t in trajectories])
@@ -113,10 +129,6 @@ class Trainer:
             metrics.update(c.actor.update(batch))
         with timer.stage("weight_sync"):
             await c.engine.update_weights(c.actor.full_state_dict(), version=step + 1)
-        num_tokens = sum(len(t.prompt_ids) + len(t.response_ids) for t in trajectories)
-        metrics["perf/rollout_tokens"] = float(num_tokens)
-        if config.trainer.dump_rollouts:
-            dump_trajectories(c.run_dir / "rollouts" / f"step_{step}.jsonl", trajectories)
         return metrics
 
     async def fit(self) -> dict[str, float]:

@@ -87,6 +87,33 @@ def test_the_custom_env_example_trains_with_the_readme_command(tmp_path):
     assert [record["step"] for record in metrics(tmp_path)] == [0, 1, 2]
 
 
+def test_dynamic_sampling_keeps_only_groups_with_reward_spread(tmp_path):
+    result = train(
+        tmp_path, "env=math", "algorithm.filter_groups.enable=true", "trainer.total_training_steps=1",
+        "trainer.logger=[console]", "trainer.val_before_train=false", *TINY,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    trajectories = [
+        json.loads(line) for line in (tmp_path / "rollouts" / "step_0.jsonl").read_text().splitlines()
+    ]
+    rewards_by_group: dict[int, set[float]] = {}
+    for t in trajectories:
+        rewards_by_group.setdefault(t["group_id"], set()).add(t["reward"])
+    assert len(rewards_by_group) <= 4
+    assert all(len(rewards) > 1 for rewards in rewards_by_group.values())
+
+
+def test_a_run_whose_env_always_raises_completes_and_counts_the_errors(tmp_path):
+    result = train(
+        tmp_path, "env=math", "env.id=tests.train.failing_env:AlwaysFailingEnv", "trainer.total_training_steps=1",
+        "trainer.logger=[console]", *TINY,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    last = metrics(tmp_path)[-1]
+    assert last["rollout/status/env_error"] == 1.0
+    assert last["actor/skipped_update"] == 1.0
+
+
 def _wait_for_checkpoint(run_dir: Path, process: subprocess.Popen, step: int, timeout_s: float) -> None:
     latest = run_dir / "checkpoints" / f"step_{step:06d}"
     deadline = time.monotonic() + timeout_s
