@@ -103,6 +103,29 @@ async def remove_container(container: Any) -> None:
         logger.warning("could not remove sandbox container %s: %s", container.short_id, error)
 
 
+def ipc_sysctls(config: DockerPoolConfig) -> dict[str, str]:
+    """Bounds on the container's private IPC namespace, which outlives every run in it.
+
+    A SysV shared memory segment goes with the last process attached to it (shm_rmid_forced),
+    so it is program memory like any other; together the segments stay within `shm_mb`. Message
+    queues and semaphores would keep their kernel memory after the program is killed, so they
+    are kept tiny (16 SysV queues of 16 KiB, 16 POSIX queues, which RLIMIT_MSGQUEUE caps at
+    800 KiB per uid besides): the runner's reserve covers them until it removes them after
+    the run (sandbox/image/runner.py).
+    """
+    return {
+        "kernel.shm_rmid_forced": "1",
+        "kernel.shmmax": str(config.shm_mb << 20),
+        "kernel.shmall": str((config.shm_mb << 20) // os.sysconf("SC_PAGE_SIZE")),
+        "kernel.shmmni": "32",
+        "kernel.msgmni": "16",
+        "kernel.msgmnb": "16384",
+        "kernel.msgmax": "8192",
+        "kernel.sem": "32 1024 32 16",  # semaphores per set, in all, per semop call; sets
+        "fs.mqueue.queues_max": "16",
+    }
+
+
 def container_spec(config: DockerPoolConfig, uid: int, instance_id: str) -> dict[str, Any]:
     """Keyword arguments of `containers.create` for one locked-down pool container."""
     owner = f"uid={uid},gid={uid},nosuid,nodev,nr_inodes={config.scratch_inodes}"
@@ -119,7 +142,8 @@ def container_spec(config: DockerPoolConfig, uid: int, instance_id: str) -> dict
         "memswap_limit": memory,  # no swap on top of the memory limit
         "pids_limit": config.pids_limit,
         "nano_cpus": int(config.cpus * 1e9),
-        "ipc_mode": "private",
+        "ipc_mode": "private",  # the namespace's objects are bounded and removed after each run
+        "sysctls": ipc_sysctls(config),
         "oom_score_adj": 500,  # if the host runs out of memory, jails go first
         "tmpfs": {
             "/work": f"rw,exec,{owner},size={config.work_tmpfs_mb}m,mode=0700",

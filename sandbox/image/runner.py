@@ -6,7 +6,8 @@ messages (4-byte big-endian length, then UTF-8 JSON; bytes travel base64-encoded
     ping                          -> {"ok": true}
     write {files: {path: b64}}    -> {"ok": true}          (into /work, a tmpfs)
     run {argv, stdin, limits}     -> {"ok": true, "result": {...ProcessResult fields...}}
-    reset                         -> {"ok": true, "clean": bool}  (kill everything, empty /work, /tmp)
+    reset                         -> {"ok": true, "clean": bool}  (kill everything, empty /work, /tmp,
+                                                              remove IPC objects)
 
 Why PID 1: inside its PID namespace the init process ignores every signal it has no handler for,
 SIGKILL included, so jailed code running as the same uid cannot kill the runner, and orphaned
@@ -37,9 +38,19 @@ SCRATCH_DIRS = ("/work", "/tmp")
 SCRATCH_DIR_MODES = {"/work": 0o700, "/tmp": 0o1777}  # as mounted; a program may chmod them
 # Writable places outside the two scratch tmpfs mounts; anything left there is suspicious.
 OTHER_WRITABLE_DIRS = ("/dev/shm", "/dev/mqueue")
+POSIX_QUEUE_DIR = "/dev/mqueue"
+# The container's IPC namespace lives as long as the container: (listing, libc call removing one).
+SYSV_IPC_OBJECTS = (
+    ("/proc/sysvipc/shm", "shmctl"),
+    ("/proc/sysvipc/msg", "msgctl"),
+    ("/proc/sysvipc/sem", "semctl"),
+)
+IPC_RMID = 0
 OOM_FILES = ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events")
 CHILD_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK_DIR, "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
 MAX_OPEN_FILES = 256
+# POSIX message queue bytes per uid, the kernel's default: nine queues of default size.
+MAX_QUEUE_BYTES = 819200
 READ_CHUNK = 65536
 STRAY_CHECKS = 5
 STRAY_CHECK_INTERVAL_S = 0.005
@@ -109,6 +120,46 @@ def kill_everything_else():
             return
 
 
+def sysv_ipc_ids(listing):
+    """Ids of the SysV IPC objects in one /proc/sysvipc listing (a header, then one per line)."""
+    try:
+        with open(listing) as handle:
+            return [int(line.split()[1]) for line in handle.readlines()[1:] if line.strip()]
+    except OSError:
+        return []
+
+
+def remove_ipc_objects():
+    """Remove every SysV IPC object and POSIX message queue, so that none outlives the run that
+    made it: they could carry data to a later session or hold memory the runner needs. They all
+    belong to the runner's uid (or were created by it), which is allowed to remove them.
+    Returns how many there were."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    count = 0
+    for listing, function in SYSV_IPC_OBJECTS:
+        for ident in sysv_ipc_ids(listing):
+            count += 1
+            if function == "semctl":
+                libc.semctl(ident, 0, IPC_RMID)
+            else:
+                getattr(libc, function)(ident, IPC_RMID, None)
+    try:
+        queues = os.listdir(POSIX_QUEUE_DIR)
+    except OSError:
+        queues = []
+    for name in queues:
+        count += 1
+        try:
+            os.unlink(os.path.join(POSIX_QUEUE_DIR, name))
+        except OSError:
+            pass  # still listed: reset() reports the container unclean and it is recycled
+    return count
+
+
+def ipc_objects_left():
+    return any(sysv_ipc_ids(listing) for listing, _ in SYSV_IPC_OBJECTS)
+
+
 def set_child_limits(limits):
     cpu_s = max(1, math.ceil(limits["cpu_time_s"]))
     # The hard limit one second later turns an ignored SIGXCPU into SIGKILL.
@@ -120,6 +171,7 @@ def set_child_limits(limits):
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_OPEN_FILES, MAX_OPEN_FILES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (MAX_QUEUE_BYTES, MAX_QUEUE_BYTES))
     # When the container runs out of memory the kernel must kill the program, never the runner
     # (that would end the container mid-run). Raising one's own score needs no privilege, but
     # /proc/self of a non-dumpable process belongs to root; exec makes it dumpable anyway.
@@ -244,14 +296,17 @@ def run(argv, stdin, limits):
     pump.close()
     kill_everything_else()
     wall_time_s = time.monotonic() - start
+    # Every process of the run is gone, so nothing can make new IPC objects meanwhile.
+    left_ipc_objects = remove_ipc_objects() > 0
     usage_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_time_s = (usage_after.ru_utime - usage_before.ru_utime) + (
         usage_after.ru_stime - usage_before.ru_stime
     )
-    return _result(status, pump, limits, wall_time_s, cpu_time_s, timed_out, strays, oom_before)
+    suspicious = strays or left_ipc_objects or not _other_writable_dirs_empty()
+    return _result(status, pump, limits, wall_time_s, cpu_time_s, timed_out, suspicious, oom_before)
 
 
-def _result(status, pump, limits, wall_time_s, cpu_time_s, timed_out, strays, oom_before):
+def _result(status, pump, limits, wall_time_s, cpu_time_s, timed_out, suspicious, oom_before):
     code = os.waitstatus_to_exitcode(status)
     exit_code, signal_number = (code, None) if code >= 0 else (None, -code)
     cpu_exceeded = signal_number == signal.SIGXCPU or cpu_time_s > limits["cpu_time_s"]
@@ -267,7 +322,7 @@ def _result(status, pump, limits, wall_time_s, cpu_time_s, timed_out, strays, oo
         "timed_out": timed_out or cpu_exceeded,
         "memory_exceeded": memory_exceeded,
         "output_exceeded": pump.output_exceeded or _scratch_full(limits["max_file_size_mb"] << 20),
-        "suspicious": strays or not _other_writable_dirs_empty(),
+        "suspicious": suspicious,
     }
 
 
@@ -357,7 +412,10 @@ def _make_removable(function, path, _):
     os.chmod(os.path.dirname(path), 0o700)
     if not os.path.islink(path):  # chmod follows links: never change what a link points to
         os.chmod(path, 0o700)
-    function(path)
+    if function in (os.rmdir, os.unlink, os.remove):
+        function(path)
+    else:  # a directory rmtree could not open or list (it gives up on it): remove it afresh
+        remove_path(path)
 
 
 def reset():
@@ -370,8 +428,9 @@ def reset():
                 remove_path(os.path.join(directory, name))
             except OSError:
                 pass
+    remove_ipc_objects()
     clean = all(not os.listdir(directory) for directory in SCRATCH_DIRS)
-    return clean and _other_writable_dirs_empty() and not other_processes()
+    return clean and _other_writable_dirs_empty() and not ipc_objects_left() and not other_processes()
 
 
 def handle(request):

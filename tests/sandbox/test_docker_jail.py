@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import docker
 import pytest
 
@@ -9,6 +11,28 @@ from sandbox.backends.base import Limits
 from sandbox.backends.docker import DockerBackend
 
 QUICK = Limits(wall_time_s=3.0, cpu_time_s=2.0, memory_mb=128, max_output_bytes=1000)
+IPC_KEY = 0x5EED
+# Leaves a SysV shared memory segment, a message queue and a semaphore set, each holding data.
+LEAVE_IPC = f"""
+import ctypes
+libc = ctypes.CDLL(None)
+libc.shmat.restype = ctypes.c_void_p
+segment = libc.shmget({IPC_KEY}, 4096, 0o1600)
+ctypes.memmove(libc.shmat(segment, None, 0), b"shm secret", 10)
+class Message(ctypes.Structure):
+    _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_char * 16)]
+queue = libc.msgget({IPC_KEY}, 0o1600)
+sent = libc.msgsnd(queue, ctypes.byref(Message(1, b"queue secret")), 16, 0)
+semaphores = libc.semget({IPC_KEY}, 1, 0o1600)
+print(segment >= 0, queue >= 0, sent, semaphores >= 0, libc.semctl(semaphores, 0, 16, 42))  # 16: SETVAL
+"""
+# Looks the three objects up by key, then counts every SysV IPC object of the namespace.
+FIND_IPC = f"""
+import ctypes
+libc = ctypes.CDLL(None)
+print(libc.shmget({IPC_KEY}, 0, 0), libc.msgget({IPC_KEY}, 0), libc.semget({IPC_KEY}, 0, 0))
+print(sum(len(open(f"/proc/sysvipc/{{kind}}").readlines()) - 1 for kind in ("shm", "msg", "sem")))
+"""
 
 
 @pytest.fixture
@@ -43,6 +67,8 @@ async def test_docker_reports_the_container_locked_down(session):
     memory = (256 + 64 + 64 + 16 + 72 + 32) << 20
     assert (host["Memory"], host["MemorySwap"], host["PidsLimit"]) == (memory, memory, 50)
     assert sorted(host["Tmpfs"]) == ["/dev/shm", "/tmp", "/work"]
+    assert host["IpcMode"] == "private"
+    assert (host["Sysctls"]["kernel.shm_rmid_forced"], host["Sysctls"]["kernel.msgmni"]) == ("1", "16")
     assert all("nr_inodes=16384" in options for options in host["Tmpfs"].values())
     uid, gid = attrs["Config"]["User"].split(":")
     assert int(uid) >= 1000 and uid == gid
@@ -158,3 +184,115 @@ async def test_cpp_compiles_and_runs_inside_the_jail(session):
     result = await session.run(["./main"], b"2 40", QUICK)
     assert (compiled.exit_code, compiled.stderr) == (0, b"")
     assert result.stdout == b"42"
+
+
+async def test_ipc_objects_a_run_leaves_are_removed_and_flagged_suspicious(session):
+    left = await _run(session, LEAVE_IPC)
+    found = await _run(session, FIND_IPC)
+    assert (left.stdout, left.suspicious) == (b"True True 0 True 0\n", True)
+    assert found.stdout == b"-1 -1 -1\n0\n"
+
+
+async def test_ipc_objects_of_one_session_reach_neither_the_next_session_nor_the_host(backend):
+    first = await backend.open_session()
+    left = await _run(first, LEAVE_IPC)
+    await first.close()
+    second = await backend.open_session()
+    found = await _run(second, FIND_IPC)
+    await second.close()
+    host_keys = _host_sysv_ipc_keys()
+    assert left.stdout == b"True True 0 True 0\n"
+    assert found.stdout == b"-1 -1 -1\n0\n"
+    assert str(IPC_KEY) not in host_keys
+
+
+def _host_sysv_ipc_keys() -> set[str]:
+    listings = (Path(f"/proc/sysvipc/{kind}").read_text() for kind in ("shm", "msg", "sem"))
+    return {line.split()[0] for listing in listings for line in listing.splitlines()[1:]}
+
+
+async def test_message_queues_and_posix_queues_are_few_and_removed_after_the_run(session):
+    code = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "queues = 0\n"
+        "while libc.msgget(0, 0o1600) >= 0:\n    queues += 1\n"  # 0: IPC_PRIVATE
+        "print(queues, ctypes.get_errno())\n"
+        "posix = 0\n"
+        "while libc.mq_open(f'/q{posix}'.encode(), os.O_CREAT | os.O_RDWR, 0o600, None) >= 0:\n"
+        "    posix += 1\n"
+        "print(posix, ctypes.get_errno())\n"
+    )
+    made = await _run(session, code)
+    left = await session.run(["sh", "-c", "ls -A /dev/mqueue; tail -n +2 /proc/sysvipc/msg"], b"", QUICK)
+    assert (made.stdout, made.suspicious) == (b"16 28\n9 24\n", True)  # ENOSPC; EMFILE: 800 KiB
+
+    assert left.stdout == b""
+
+
+async def test_python_multiprocessing_still_works_inside_the_jail(session):
+    code = (
+        "import multiprocessing\n"
+        "from multiprocessing import shared_memory\n"
+        "if __name__ == '__main__':\n"
+        "    with multiprocessing.Pool(2) as pool:\n        print(pool.map(abs, [-1, -2, 3]))\n"
+        "    block = shared_memory.SharedMemory(create=True, size=8)\n"
+        "    block.buf[0] = 7\n    print(block.buf[0])\n    block.close()\n    block.unlink()\n"
+    )
+    result = await _run(session, code, Limits(wall_time_s=10.0, cpu_time_s=5.0, max_processes=16))
+    assert (result.stdout, result.suspicious) == (b"[1, 2, 3]\n7\n", False)
+
+
+async def test_writing_judge_files_replaces_symlinks_left_there_without_following_them(session):
+    plant = (
+        "import os\n"
+        "os.mkdir('/tmp/outside')\n"
+        "open('/tmp/outside/target', 'w').write('keep')\n"
+        "os.symlink('/tmp/outside/target', 'input.txt')\n"
+        "os.symlink('/tmp/outside', 'data')\n"
+    )
+    check = (
+        "import os\n"
+        "print(open('/tmp/outside/target').read(), os.listdir('/tmp/outside'))\n"
+        "print(os.path.islink('input.txt'), open('input.txt').read())\n"
+        "print(os.path.islink('data'), open('data/case.txt').read())\n"
+    )
+    planted = await _run(session, plant)
+    await session.write_files({"input.txt": b"judge", "data/case.txt": b"case"})
+    result = await _run(session, check)
+    assert planted.exit_code == 0
+    assert result.stdout == b"keep ['target']\nFalse judge\nFalse case\n"
+
+
+async def test_writing_judge_files_replaces_a_locked_directory_left_there(session):
+    plant = (
+        "import os\nos.makedirs('input.txt/inner')\nos.chmod('input.txt/inner', 0)\nos.chmod('input.txt', 0)"
+    )
+    planted = await _run(session, plant)
+    await session.write_files({"input.txt": b"judge"})
+    result = await _run(session, "print(open('input.txt').read())")
+    assert (planted.exit_code, result.stdout) == (0, b"judge\n")
+
+
+async def test_running_out_of_inodes_in_work_is_output_exceeded_and_the_container_is_reused(backend):
+    fill = (
+        "import os\n"
+        "count = 0\n"
+        "try:\n"
+        "    while True:\n        os.close(os.open(f'f{count}', os.O_CREAT | os.O_WRONLY))\n        count += 1\n"
+        "except OSError as error:\n    print(error.errno, count > 16000)\n"
+    )
+    first = await backend.open_session()
+    filled = await _run(first, fill)
+    await first.close()
+    second = await backend.open_session()
+    after = await _run(second, "import os\nopen('x', 'w').write('x')\nprint(os.listdir('.'))")
+    await second.close()
+    assert (filled.exit_code, filled.stdout, filled.output_exceeded, filled.suspicious) == (
+        0,
+        b"28 True\n",  # ENOSPC once the 16384 inodes of /work are used up
+        True,
+        False,
+    )
+    assert second.container_id == first.container_id
+    assert after.stdout == b"['x']\n"
