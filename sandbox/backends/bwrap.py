@@ -3,9 +3,13 @@
 Isolation per run: every namespace unshared (user, pid, net, ipc, uts, cgroup), a non-root uid
 of its own for the whole session (sessions cannot touch each other's files, and the kernel
 counts its processes apart), a read-only root with only /usr and the dynamic linker's files,
-a private size-capped /tmp, a cleared environment, rlimits, a per-run cgroup where the host
-allows one (total memory, pids, CPU time; exact kill-all) and a host-side wall clock that
-kills the whole jail.
+a private size-capped /tmp, a cleared environment, rlimits, a cgroup per session where the host
+allows one (total memory, pids, CPU time; exact kill-all; emptied before every run) and a
+host-side wall clock that kills the jail's whole PID namespace.
+
+Per run there is one fork and one exec (bwrap): rlimits and joining the cgroup happen in the
+forked child before bwrap starts, and bwrap itself proves that the jail was set up (its status
+pipe reports the program's exit code only if the program was executed).
 """
 
 from __future__ import annotations
@@ -13,15 +17,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
+import json
 import os
-import secrets
-import shlex
+import resource
 import shutil
+import signal
+import subprocess
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sandbox.backends.base import Limits, ProcessResult, SandboxFailure
-from sandbox.backends.cgroups import RunCgroup
+from sandbox.backends.cgroups import CgroupRun, SessionCgroup
 from sandbox.backends.process import collect_process
 from sandbox.backends.uids import UidPool
 
@@ -29,17 +38,24 @@ from sandbox.backends.uids import UidPool
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "alternatives")
 JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
 TMP_SIZE_BYTES = 64 << 20  # the private /tmp is RAM: keep it small
-EXTRA_PROCESSES = 4  # bwrap's own two processes, the cgroup-joining shell, slack
+EXTRA_PROCESSES = 4  # bwrap's own two processes (supervisor, PID namespace init) and slack
 # The kernel (6.x) releases a finished jail's share of its uid's process count lazily, so a uid
 # reused at once can look busy for a while. With a pids cgroup (exact, per run) RLIMIT_NPROC is
 # only a loose backstop; without one it is the limit, and a refused jail start is retried.
 NPROC_BACKSTOP = 1024
 SETUP_ATTEMPTS = 5
 SETUP_RETRY_S = 0.05
+EXEC_FAILED_PREFIX = b"bwrap: execvp "
+EXEC_FAILED_EXIT_CODE = 127  # what a shell reports for a command it cannot execute
+PRLIMIT_OPTIONS = {
+    resource.RLIMIT_CPU: "cpu", resource.RLIMIT_AS: "as", resource.RLIMIT_FSIZE: "fsize",
+    resource.RLIMIT_NPROC: "nproc", resource.RLIMIT_NOFILE: "nofile", resource.RLIMIT_CORE: "core",
+}  # fmt: skip
 
 
-def bwrap_argv(bwrap: str, work_dir: Path, uid: int, argv: list[str]) -> list[str]:
-    """The bwrap command line that runs `argv` in /work of a fresh jail."""
+@functools.cache
+def root_mounts() -> tuple[str, ...]:
+    """Read-only binds of the host's system dirs (as they are on this host; looked up once)."""
     mounts = ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "lib", "lib64", "lib32", "sbin"):
         path = Path("/") / name
@@ -50,10 +66,18 @@ def bwrap_argv(bwrap: str, work_dir: Path, uid: int, argv: list[str]) -> list[st
     for name in ETC_FILES:
         if (Path("/etc") / name).exists():
             mounts += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    return tuple(mounts)
+
+
+def bwrap_argv(
+    bwrap: str, work_dir: Path, uid: int, argv: list[str], status_fd: int | None = None
+) -> list[str]:
+    """The bwrap command line that runs `argv` in /work of a fresh jail; bwrap reports to `status_fd`."""
+    status = ["--json-status-fd", str(status_fd)] if status_fd is not None else []
     return [
         bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
-        "--uid", str(uid), "--gid", str(uid), "--cap-drop", "ALL", "--disable-userns",
-        *mounts,
+        "--uid", str(uid), "--gid", str(uid), "--cap-drop", "ALL", "--disable-userns", *status,
+        *root_mounts(),
         "--proc", "/proc", "--dev", "/dev", "--size", str(TMP_SIZE_BYTES), "--tmpfs", "/tmp",
         "--bind", str(work_dir), "/work", "--remount-ro", "/", "--chdir", "/work",
         "--clearenv", "--setenv", "PATH", JAIL_PATH, "--setenv", "HOME", "/work",
@@ -62,15 +86,116 @@ def bwrap_argv(bwrap: str, work_dir: Path, uid: int, argv: list[str]) -> list[st
     ]  # fmt: skip
 
 
-def rlimit_argv(limits: Limits, max_processes: int) -> list[str]:
-    """prlimit options: soft CPU limit raises SIGXCPU, the hard one a second later SIGKILL."""
+def rlimits(limits: Limits, max_processes: int) -> dict[int, tuple[int, int]]:
+    """(soft, hard) per resource: the soft CPU limit raises SIGXCPU, the hard one a second later SIGKILL."""
     cpu = max(1, int(limits.cpu_time_s + 0.999))
     memory = limits.memory_mb << 20
     file_size = limits.max_file_size_mb << 20
-    return [
-        "prlimit", f"--cpu={cpu}:{cpu + 1}", f"--as={memory}", f"--fsize={file_size}",
-        f"--nproc={max_processes}", "--nofile=256", "--core=0", "--",
-    ]  # fmt: skip
+    return {
+        resource.RLIMIT_CPU: (cpu, cpu + 1),
+        resource.RLIMIT_AS: (memory, memory),
+        resource.RLIMIT_FSIZE: (file_size, file_size),
+        resource.RLIMIT_NPROC: (max_processes, max_processes),
+        resource.RLIMIT_NOFILE: (256, 256),
+        resource.RLIMIT_CORE: (0, 0),
+    }
+
+
+def rlimit_argv(limits: Limits, max_processes: int) -> list[str]:
+    """The same rlimits as a prlimit command prefix (for backends that cannot set them in the child)."""
+    options = [
+        f"--{PRLIMIT_OPTIONS[resource_id]}={soft}:{hard}"
+        for resource_id, (soft, hard) in rlimits(limits, max_processes).items()
+    ]
+    return ["prlimit", *options, "--"]
+
+
+def jail_preexec(limits: dict[int, tuple[int, int]], procs_files: list[str]) -> Callable[[], None]:
+    """What the forked child does (already as the jail uid) before it execs bwrap: join the cgroup, set rlimits.
+
+    It runs between fork and exec, so it only makes system calls: no imports, no locks.
+    """
+    setrlimit, getpid, open_, write, close = resource.setrlimit, os.getpid, os.open, os.write, os.close
+
+    def preexec() -> None:
+        pid = b"%d" % getpid()
+        for path in procs_files:  # before anything of the jail exists
+            fd = open_(path, os.O_WRONLY)
+            try:
+                write(fd, pid)
+            finally:
+                close(fd)
+        for resource_id, values in limits.items():
+            setrlimit(resource_id, values)
+
+    return preexec
+
+
+class JailStatus:
+    """bwrap's status pipe: the PID namespace's init, and the program's exit code once it was executed.
+
+    bwrap writes the exit code only if it executed the program, so its absence proves that the
+    program never ran and that whatever failed (and is on stderr) was bwrap's setup. The program
+    cannot write here: bwrap closes the pipe in the jail.
+    """
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        self._data = bytearray()
+
+    def close_write(self) -> None:
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+
+    def close(self) -> None:
+        self.close_write()
+        os.close(self.read_fd)
+
+    def drain(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self.read_fd, 4096):
+                self._data += chunk
+
+    def _field(self, name: str) -> int | None:
+        self.drain()
+        for line in bytes(self._data).splitlines():
+            with contextlib.suppress(ValueError):
+                report = json.loads(line)
+                if isinstance(report, dict) and isinstance(report.get(name), int):
+                    return report[name]
+        return None
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._field("exit-code")
+
+    def kill_namespace(self, supervisor_pid: int) -> bool:
+        """SIGKILL the jail's PID namespace init (the kernel then kills all of the namespace).
+
+        bwrap's supervisor outlives it and reports the exit code, so the run still proves that
+        its jail was set up. The init is checked to be the supervisor's child through a pidfd,
+        so a recycled pid is never signalled.
+        """
+        pid = self._field("child-pid")
+        if pid is None:
+            return False
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                parent = int(stat.read().rpartition(")")[2].split()[1])
+            if parent != supervisor_pid:
+                return False
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            return True
+        except (OSError, ValueError, IndexError):
+            return False
+        finally:
+            os.close(pidfd)
 
 
 class _JailRefused(Exception):
@@ -84,6 +209,8 @@ class BwrapSession:
         self._backend = backend
         self.work_dir = work_dir
         self.uid = uid
+        self._cgroup: SessionCgroup | None = None
+        self._cgroup_tried = False
 
     async def write_files(self, files: dict[str, bytes]) -> None:
         for name, data in files.items():
@@ -119,35 +246,58 @@ class BwrapSession:
         raise AssertionError("unreachable")
 
     async def _run_once(self, argv: list[str], stdin: bytes, limits: Limits) -> ProcessResult:
-        cgroup_memory = (limits.memory_mb << 20) * 2 + (64 << 20)  # two processes (harness) and slack
-        cgroup = RunCgroup.create(cgroup_memory, limits.max_processes + EXTRA_PROCESSES, self.uid)
+        cgroup = self._start_cgroup_run(limits)
         max_processes = NPROC_BACKSTOP if cgroup is not None else limits.max_processes + EXTRA_PROCESSES
-        # The first stderr line proves that the jail was set up: without it, bwrap failed (our
-        # failure, not the program's). The program cannot unprint it nor print it for a failed setup.
-        started = f"sandbox-jail-started {secrets.token_hex(8)}\n".encode()
-        jailed = ["/bin/sh", "-c", f'printf "{started.decode().strip()}\\n" >&2 && exec "$@"', "sh", *argv]
-        command = rlimit_argv(limits, max_processes) + bwrap_argv(
-            self._backend.bwrap, self.work_dir, self.uid, jailed
-        )
-        if cgroup is not None:  # join the cgroup before anything of the jail exists
-            joins = " && ".join(f"echo $$ > {shlex.quote(path)}" for path in cgroup.procs_files)
-            command = ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh", *command]
+        preexec = jail_preexec(rlimits(limits, max_processes), cgroup.cgroup.procs_files if cgroup else [])
+        status = JailStatus()
+        started = time.monotonic()  # the jail's start-up counts as the run's time, as its CPU does
         try:
-            process = await self._spawn(command)
-            result = await collect_process(process, stdin, limits, cgroup)
-        finally:
-            if cgroup is not None:
-                await asyncio.to_thread(cgroup.remove)
-        if not result.stderr.startswith(started):
-            reason = (
-                result.stderr[-500:].decode(errors="replace").strip() or f"exit status {result.exit_code}"
+            command = bwrap_argv(self._backend.bwrap, self.work_dir, self.uid, argv, status.write_fd)
+            process = await self._spawn(command, preexec, status.write_fd)
+            status.close_write()  # bwrap holds the only writer now: reading it never waits on us
+            result = await collect_process(
+                process,
+                stdin,
+                limits,
+                cgroup,
+                kill_jail=lambda: status.kill_namespace(process.pid),
+                started=started,
             )
-            if "Resource temporarily unavailable" in reason:
-                raise _JailRefused(reason)
-            raise SandboxFailure(f"bwrap could not set up the jail: {reason}")
-        return dataclasses.replace(result, stderr=result.stderr[len(started) :])
+            exit_code = status.exit_code
+        finally:
+            status.close()
+        if exit_code is not None or result.memory_exceeded:  # the program ran (only it can fill memory)
+            return result
+        # Nothing of the program ran: stderr is bwrap's own, and says whether the program was
+        # missing (the program's failure, as a shell would report it) or the jail failed (ours).
+        if result.stderr.startswith(EXEC_FAILED_PREFIX):
+            return dataclasses.replace(result, exit_code=EXEC_FAILED_EXIT_CODE, signal=None)
+        reason = result.stderr[-500:].decode(errors="replace").strip() or f"exit status {result.exit_code}"
+        if "Resource temporarily unavailable" in reason:
+            raise _JailRefused(reason)
+        raise SandboxFailure(f"bwrap could not set up the jail: {reason}")
 
-    async def _spawn(self, command: list[str]) -> asyncio.subprocess.Process:
+    def _start_cgroup_run(self, limits: Limits) -> CgroupRun | None:
+        """This run's share of the session cgroup (made on first use); None where the host has none."""
+        memory = (limits.memory_mb << 20) * 2 + (64 << 20)  # two processes (harness) and slack
+        processes = limits.max_processes + EXTRA_PROCESSES
+        if self._cgroup is None and not self._cgroup_tried:
+            self._cgroup_tried = True
+            self._cgroup = SessionCgroup.create(self.uid)
+        if self._cgroup is None:
+            return None
+        try:
+            return self._cgroup.start_run(memory, processes)
+        except OSError:  # zombies still counted, or a memory limit the kernel cannot reclaim to: start afresh
+            self._cgroup.remove()
+            self._cgroup = SessionCgroup.create(self.uid)
+            if self._cgroup is None:
+                raise SandboxFailure("the session's cgroup could not be made again") from None
+            return self._cgroup.start_run(memory, processes)
+
+    async def _spawn(
+        self, command: list[str], preexec: Callable[[], None], status_fd: int
+    ) -> asyncio.subprocess.Process:
         try:
             return await asyncio.create_subprocess_exec(
                 *command,
@@ -160,15 +310,25 @@ class BwrapSession:
                 start_new_session=True,  # the jail leads its own process group: one killpg ends it
                 cwd="/",
                 env={"PATH": "/usr/bin:/bin"},
+                preexec_fn=preexec,
+                pass_fds=(status_fd,),
             )
-        except OSError as error:
+        except (OSError, subprocess.SubprocessError) as error:
             raise SandboxFailure(f"cannot start bwrap: {error}") from error
 
     async def close(self) -> None:
+        failures = []
+        if self._cgroup is not None:  # first: nothing of the session's runs may outlive it
+            try:
+                await asyncio.to_thread(self._cgroup.remove)
+            except OSError as error:
+                failures.append(str(error))
         await asyncio.to_thread(shutil.rmtree, self.work_dir, ignore_errors=True)
         self._backend.uids.release(self.uid)
         if self.work_dir.exists():
-            raise SandboxFailure(f"could not remove the session dir {self.work_dir}")
+            failures.append(f"could not remove the session dir {self.work_dir}")
+        if failures:
+            raise SandboxFailure("; ".join(failures))
 
 
 class BwrapBackend:
@@ -189,8 +349,6 @@ class BwrapBackend:
         bwrap = shutil.which("bwrap")
         if bwrap is None:
             raise SandboxFailure("bubblewrap is not installed: apt-get install -y bubblewrap")
-        if shutil.which("prlimit") is None:
-            raise SandboxFailure("prlimit is not installed: apt-get install -y util-linux")
         if os.geteuid() != 0:
             raise SandboxFailure("the bwrap backend runs jails under their own uids and must start as root")
         root = Path(work_root or tempfile.gettempdir()).resolve() / "sandbox-bwrap"

@@ -11,12 +11,14 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 
 from sandbox.backends.base import Limits, ProcessResult, SandboxFailure
-from sandbox.backends.cgroups import RunCgroup
+from sandbox.backends.cgroups import CgroupRun
 
 CHUNK_BYTES = 1 << 16
 EXIT_GRACE_S = 10.0  # after a kill, the jail's pipes must close within this
+REPORT_GRACE_S = 1.0  # after killing the jail's PID namespace, its supervisor reports and exits within this
 
 
 class _CappedReader:
@@ -43,11 +45,27 @@ async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:
     stream.close()
 
 
-def kill_group(process: asyncio.subprocess.Process, cgroup: RunCgroup | None) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
+def kill_group(process: asyncio.subprocess.Process, cgroup: CgroupRun | None) -> None:
+    if process.returncode is None:  # once reaped, its pid (and group id) may belong to someone else
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
     if cgroup is not None:
         cgroup.kill()
+
+
+async def _await_exit(
+    work: asyncio.Future, process: asyncio.subprocess.Process, cgroup: CgroupRun | None, backstop: bool
+) -> None:
+    if backstop:
+        try:
+            await asyncio.wait_for(asyncio.shield(work), timeout=REPORT_GRACE_S)
+            return
+        except TimeoutError:
+            kill_group(process, cgroup)
+    try:
+        await asyncio.wait_for(work, timeout=EXIT_GRACE_S)
+    except TimeoutError as error:
+        raise SandboxFailure(f"the jail did not die within {EXIT_GRACE_S}s of SIGKILL") from error
 
 
 def exit_status(returncode: int) -> tuple[int | None, int | None]:
@@ -60,24 +78,38 @@ def exit_status(returncode: int) -> tuple[int | None, int | None]:
 
 
 async def collect_process(
-    process: asyncio.subprocess.Process, stdin: bytes, limits: Limits, cgroup: RunCgroup | None
+    process: asyncio.subprocess.Process,
+    stdin: bytes,
+    limits: Limits,
+    cgroup: CgroupRun | None,
+    kill_jail: Callable[[], bool] | None = None,
+    started: float | None = None,
 ) -> ProcessResult:
-    """Run `process` to its end or its wall clock and report what it did."""
-    started = time.monotonic()
+    """Run `process` to its end or its wall clock and report what it did.
+
+    `started` (time.monotonic()) is when the run began, if before this call (e.g. before spawning).
+
+    `kill_jail`, when given, kills the jail's PID namespace (everything the program started) and
+    says whether it could; the process itself then exits on its own, reporting how the jail ended.
+    Killing the whole process group and cgroup is the backstop.
+    """
+    started = time.monotonic() if started is None else started
     assert process.stdin and process.stdout and process.stderr
-    stdout = _CappedReader(process.stdout, limits.max_output_bytes, lambda: kill_group(process, cgroup))
-    stderr = _CappedReader(process.stderr, limits.max_output_bytes, lambda: kill_group(process, cgroup))
+
+    def stop() -> None:
+        if kill_jail is None or not kill_jail():
+            kill_group(process, cgroup)
+
+    stdout = _CappedReader(process.stdout, limits.max_output_bytes, stop)
+    stderr = _CappedReader(process.stderr, limits.max_output_bytes, stop)
     work = asyncio.gather(_feed(process.stdin, stdin), stdout.read(), stderr.read(), process.wait())
     host_killed = False
     try:
         await asyncio.wait_for(asyncio.shield(work), timeout=limits.wall_time_s)
     except TimeoutError:
         host_killed = True
-        kill_group(process, cgroup)
-        try:
-            await asyncio.wait_for(work, timeout=EXIT_GRACE_S)
-        except TimeoutError as error:
-            raise SandboxFailure(f"the jail did not die within {EXIT_GRACE_S}s of SIGKILL") from error
+        stop()
+        await _await_exit(work, process, cgroup, backstop=kill_jail is not None)
     wall_time_s = time.monotonic() - started
     exit_code, signal_number = exit_status(process.returncode)
     cpu_time_s = cgroup.cpu_time_s() if cgroup is not None else 0.0

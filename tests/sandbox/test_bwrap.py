@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
+import signal
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.backends.base import Limits, SandboxFailure
-from sandbox.backends.bwrap import BwrapBackend
+from sandbox.backends.bwrap import BwrapBackend, rlimit_argv, rlimits
 from sandbox.backends.uids import UidPool
 from sandbox.executor import Executor
 from sandbox.types import Language, RunLimits, RunRequest, Verdict
@@ -105,3 +107,33 @@ async def test_a_program_imitating_a_bwrap_failure_gets_a_program_verdict(backen
     request = RunRequest(language=Language.PYTHON, code=code, limits=RunLimits(time_s=2))
     response = await Executor(backend).run(request)
     assert (response.verdict, response.run.stderr) == (Verdict.RE, "bwrap: Can't mount proc\n")
+
+
+async def test_a_program_that_cannot_be_executed_is_the_programs_failure(backend: BwrapBackend) -> None:
+    session = await backend.open_session()
+    try:
+        result = await session.run(["/work/missing"], b"", LIMITS)
+    finally:
+        await session.close()
+    assert (result.exit_code, result.signal) == (127, None)
+    assert result.stderr == b"bwrap: execvp /work/missing: No such file or directory\n"
+
+
+async def test_a_jail_past_its_wall_clock_is_killed_and_still_reported_by_bwrap(
+    backend: BwrapBackend,
+) -> None:
+    session = await backend.open_session()
+    try:
+        result = await session.run(["sleep", "100"], b"", Limits(wall_time_s=0.5, cpu_time_s=2))
+    finally:
+        await session.close()
+    assert (result.timed_out, result.exit_code, result.signal) == (True, None, signal.SIGKILL)
+
+
+def test_rlimits_and_their_prlimit_form_agree() -> None:
+    limits = Limits(cpu_time_s=1.5, memory_mb=256, max_file_size_mb=16)
+    assert rlimits(limits, 68)[resource.RLIMIT_CPU] == (2, 3)
+    assert rlimit_argv(limits, 68) == [
+        "prlimit", "--cpu=2:3", f"--as={256 << 20}:{256 << 20}", f"--fsize={16 << 20}:{16 << 20}",
+        "--nproc=68:68", "--nofile=256:256", "--core=0:0", "--",
+    ]  # fmt: skip

@@ -150,6 +150,8 @@ async def test_the_server_command_serves_then_closes_the_backend_on_sigterm() ->
                     async with session.get(f"http://127.0.0.1:{port}/health") as answer:
                         break
                 except aiohttp.ClientConnectionError:
+                    if server.returncode is not None:  # it died instead of serving: show why
+                        raise AssertionError((await server.stderr.read()).decode()) from None
                     await asyncio.sleep(0.1)
             headers = {"Authorization": f"Bearer {TOKEN}"}
             body = _stdio(ECHO, "1\n", "1\n").model_dump()
