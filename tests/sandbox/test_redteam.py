@@ -31,8 +31,8 @@ LIMITS = RunLimits(time_s=2, memory_mb=256, max_output_bytes=64 << 10)
 SENTINEL_TEXT = "untouched"
 SECRET_ENV = "SANDBOX_REDTEAM_SECRET"
 SECRET_VALUE = "hunter2-4d1c9e"
-# Measured here: bwrap 28.8 ms per run, docker 12.8 ms per run; 10,000 bwrap runs would take ~5 min.
-NUM_SEQUENTIAL_RUNS = {"bwrap": 3000, "docker": 3000}
+# The issue asks for 10,000 runs; measured here: about 25 ms per bwrap run, 13 ms per docker run.
+NUM_SEQUENTIAL_RUNS = {"bwrap": 10_000, "docker": 10_000}
 
 
 def _plain(code: str, stdin: str = "") -> RunRequest:
