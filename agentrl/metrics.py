@@ -101,6 +101,14 @@ class MetricsLogger:
                 project=project, name=name, dir=str(run_dir), config=config, resume="allow"
             )
 
+    def discard_after(self, step: int | None) -> None:
+        """Forget records a resumed run will redo (after `step`), or all of them (None)."""
+        if not self.path.exists():
+            return
+        records = [json.loads(line) for line in self.path.read_text().splitlines()]
+        kept = [record for record in records if step is not None and record["step"] <= step]
+        self.path.write_text("".join(json.dumps(record) + "\n" for record in kept))
+
     def log(self, step: int, metrics: dict[str, float]) -> None:
         with self.path.open("a") as handle:
             handle.write(json.dumps({"step": step, **metrics}) + "\n")

@@ -139,6 +139,7 @@ class Trainer:
             start_step = restored[0]
             await c.engine.update_weights(c.actor.full_state_dict(), version=start_step)
             print(f"resumed from {c.run_dir} at step {start_step}", flush=True)
+        self.logger.discard_after(start_step if start_step else None)
         final_metrics: dict[str, float] = {}
         if trainer.val_before_train and start_step == 0:
             final_metrics = await self.evaluate(0)
