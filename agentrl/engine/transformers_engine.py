@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import enum
 import itertools
 import queue
@@ -25,10 +24,16 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 
 from agentrl.engine.kv_batch import KVBatch, PrefillInputs, Request
+from agentrl.engine.model_setup import (
+    attention_backends,
+    check_full_attention,
+    eos_ids,
+    resolve_dtype,
+    validate_state_dict,
+)
 from agentrl.engine.protocol import FinishReason, Generation, SamplingParams
 from agentrl.engine.sampling import RowSampling, sample_next_tokens, validate_sampling
 
@@ -96,10 +101,10 @@ class TransformersEngine:
             raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
         if max_prefill_tokens < 1:
             raise ValueError(f"max_prefill_tokens={max_prefill_tokens} must be >= 1")
-        _check_full_attention(model)
+        check_full_attention(model)
         self.device = torch.device(device)
-        self.model = model.to(device=self.device, dtype=_resolve_dtype(dtype)).eval()
-        self.eos_ids = _eos_ids(model, tokenizer_or_eos_ids)
+        self.model = model.to(device=self.device, dtype=resolve_dtype(dtype)).eval()
+        self.eos_ids = eos_ids(model, tokenizer_or_eos_ids)
         self.vocab_size = model.get_input_embeddings().num_embeddings
         self.max_context_len = max_context_len or model.config.max_position_embeddings
         self.max_batch_size = max_batch_size
@@ -126,7 +131,7 @@ class TransformersEngine:
         cls, path: str, *, dtype: torch.dtype | str | None = None, **engine_kwargs: Any
     ) -> TransformersEngine:
         """Load a Hugging Face checkpoint directory (model + tokenizer) and serve it."""
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=_resolve_dtype(dtype) or "auto")
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype) or "auto")
         return cls(model, AutoTokenizer.from_pretrained(path), **engine_kwargs)
 
     # ---- caller side (any event loop, any thread) ----
@@ -278,7 +283,7 @@ class TransformersEngine:
 
     def _forward(self, **inputs: Any) -> torch.Tensor:
         """Logits of each row's last position: [num_rows, vocab]."""
-        with _attention_backends(self.device):
+        with attention_backends(self.device):
             output = self.model(**inputs, use_cache=True, logits_to_keep=1)
         return output.logits[:, -1, :]
 
@@ -329,47 +334,6 @@ class TransformersEngine:
         self._batch = None
 
 
-def _attention_backends(device: torch.device) -> contextlib.AbstractContextManager:
-    """Keep SDPA off its cuDNN backend on CUDA while the engine runs a forward pass.
-
-    With a padding mask SDPA picks cuDNN, which builds a graph per new key length, and the key
-    length grows at every decode step. Measured on an H200 (torch 2.11, 0.5B shape, 256 rows):
-    69 ms per decode step through masked SDPA (cuDNN), 24 ms through eager attention with the
-    same mask. The flag is process-wide while the context is open; every backend computes the
-    same attention.
-    """
-    if device.type != "cuda":
-        return contextlib.nullcontext()
-    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
-
-
-def _check_full_attention(model: PreTrainedModel) -> None:
-    """The batch cache concatenates and slices whole layers, which sliding windows would break."""
-    layer_types = getattr(model.config, "layer_types", None) or ["full_attention"]
-    other = sorted(set(layer_types) - {"full_attention"})
-    if other:
-        raise ValueError(
-            f"model has {other} attention layers; TransformersEngine serves full-attention models only "
-            "(for Qwen2 set use_sliding_window=False)"
-        )
-
-
-_DTYPES = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "float64": torch.float64,
-}
-
-
-def _resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
-    if dtype is None or isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype={dtype!r} is not supported; use one of {sorted(_DTYPES)}")
-    return _DTYPES[dtype]
-
-
 def resolve_future(future: asyncio.Future, *, result: Any = None, error: BaseException | None = None) -> None:
     """Complete a caller's future from the scheduler thread, on the caller's own loop."""
 
@@ -385,33 +349,3 @@ def resolve_future(future: asyncio.Future, *, result: Any = None, error: BaseExc
         future.get_loop().call_soon_threadsafe(settle)
     except RuntimeError:  # the caller's loop is closed: nobody is waiting any more
         pass
-
-
-def validate_state_dict(
-    state_dict: dict[str, torch.Tensor], param_shapes: dict[str, tuple[int, ...]]
-) -> None:
-    """Raise ValueError for names the model does not have or shapes that differ from it."""
-    unknown = sorted(set(state_dict) - set(param_shapes))
-    if unknown:
-        raise ValueError(
-            f"state_dict has {len(unknown)} names the model lacks, e.g. {unknown[:3]}; "
-            f"expected names like {sorted(param_shapes)[:3]} (a plain, unwrapped HF state dict)"
-        )
-    for name, tensor in state_dict.items():
-        if tuple(tensor.shape) != param_shapes[name]:
-            raise ValueError(
-                f"state_dict[{name!r}] has shape {tuple(tensor.shape)}, the model's is {param_shapes[name]}"
-            )
-
-
-def _eos_ids(model: PreTrainedModel, tokenizer_or_eos_ids: Any) -> frozenset[int]:
-    if not hasattr(tokenizer_or_eos_ids, "eos_token_id"):
-        ids = list(tokenizer_or_eos_ids)
-        if not all(isinstance(i, int) for i in ids):
-            raise ValueError(f"eos ids {ids!r} must all be ints (or pass the tokenizer itself)")
-        return frozenset(ids)
-    ids = {tokenizer_or_eos_ids.eos_token_id}
-    generation_config = getattr(model, "generation_config", None)
-    config_eos = getattr(generation_config, "eos_token_id", None)
-    ids.update(config_eos if isinstance(config_eos, list) else [config_eos])
-    return frozenset(i for i in ids if i is not None)

@@ -1,0 +1,81 @@
+"""Inference stage: checks and settings the built-in engine applies to a model before serving it."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from transformers import PreTrainedModel
+
+
+def attention_backends(device: torch.device) -> contextlib.AbstractContextManager:
+    """Keep SDPA off its cuDNN backend on CUDA while the engine runs a forward pass.
+
+    With a padding mask SDPA picks cuDNN, which builds a graph per new key length, and the key
+    length grows at every decode step. Measured on an H200 (torch 2.11, 0.5B shape, 256 rows):
+    69 ms per decode step through masked SDPA (cuDNN), 24 ms through eager attention with the
+    same mask. The flag is process-wide while the context is open; every backend computes the
+    same attention.
+    """
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
+def check_full_attention(model: PreTrainedModel) -> None:
+    """The batch cache concatenates and slices whole layers, which sliding windows would break."""
+    layer_types = getattr(model.config, "layer_types", None) or ["full_attention"]
+    other = sorted(set(layer_types) - {"full_attention"})
+    if other:
+        raise ValueError(
+            f"model has {other} attention layers; TransformersEngine serves full-attention models only "
+            "(for Qwen2 set use_sliding_window=False)"
+        )
+
+
+_DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float64": torch.float64,
+}
+
+
+def resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported; use one of {sorted(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def validate_state_dict(
+    state_dict: dict[str, torch.Tensor], param_shapes: dict[str, tuple[int, ...]]
+) -> None:
+    """Raise ValueError for names the model does not have or shapes that differ from it."""
+    unknown = sorted(set(state_dict) - set(param_shapes))
+    if unknown:
+        raise ValueError(
+            f"state_dict has {len(unknown)} names the model lacks, e.g. {unknown[:3]}; "
+            f"expected names like {sorted(param_shapes)[:3]} (a plain, unwrapped HF state dict)"
+        )
+    for name, tensor in state_dict.items():
+        if tuple(tensor.shape) != param_shapes[name]:
+            raise ValueError(
+                f"state_dict[{name!r}] has shape {tuple(tensor.shape)}, the model's is {param_shapes[name]}"
+            )
+
+
+def eos_ids(model: PreTrainedModel, tokenizer_or_eos_ids: Any) -> frozenset[int]:
+    if not hasattr(tokenizer_or_eos_ids, "eos_token_id"):
+        ids = list(tokenizer_or_eos_ids)
+        if not all(isinstance(i, int) for i in ids):
+            raise ValueError(f"eos ids {ids!r} must all be ints (or pass the tokenizer itself)")
+        return frozenset(ids)
+    ids = {tokenizer_or_eos_ids.eos_token_id}
+    generation_config = getattr(model, "generation_config", None)
+    config_eos = getattr(generation_config, "eos_token_id", None)
+    ids.update(config_eos if isinstance(config_eos, list) else [config_eos])
+    return frozenset(i for i in ids if i is not None)
