@@ -90,8 +90,8 @@ class Trainer:
             if len({t.group_id for t in trajectories}) >= wanted:
                 break
         metrics["rollout/num_gen_batches"] = float(attempt + 1)
-        kept_groups = list(dict.fromkeys(t.group_id for t in trajectories))[:wanted]
-        return [t for t in trajectories if t.group_id in set(kept_groups)], metrics
+        kept_groups = set(list(dict.fromkeys(t.group_id for t in trajectories))[:wanted])
+        return [t for t in trajectories if t.group_id in kept_groups], metrics
 
     async def evaluate(self, step: int) -> dict[str, float]:
         val = self.config.rollout.val_kwargs
@@ -115,10 +115,7 @@ class Trainer:
             # Nothing to learn from (every episode failed, or dynamic sampling kept no group).
             metrics["actor/skipped_update"] = 1.0
             return metrics
-        rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)
-        group_ids = torch.tensor([t.group_id for t in trajectories])
-        valid = torch.tensor([not t.status.is_error for t in trajectories])
-        advantages = compute_advantages(config.algorithm, rewards, group_ids, valid)
+        advantages = compute_advantages(config.algorithm, *_group_tensors(trajectories))
         batch = build_train_batch(trajectories, advantages, c.pad_token_id)
         with timer.stage("old_logprob"):
             batch.old_logprobs, _ = c.actor.compute_logprobs(batch)
@@ -170,9 +167,14 @@ class Trainer:
         return final_metrics
 
 
-def _drop_zero_spread_groups(trajectories: list[Trajectory]) -> list[Trajectory]:
+def _group_tensors(trajectories: list[Trajectory]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rewards [N], group ids [N] and validity [N] (False for error statuses) of the trajectories."""
     rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)
     group_ids = torch.tensor([t.group_id for t in trajectories])
     valid = torch.tensor([not t.status.is_error for t in trajectories])
-    flat = {int(g) for g in zero_spread_groups(rewards, group_ids, valid)}
+    return rewards, group_ids, valid
+
+
+def _drop_zero_spread_groups(trajectories: list[Trajectory]) -> list[Trajectory]:
+    flat = {int(g) for g in zero_spread_groups(*_group_tensors(trajectories))}
     return [t for t in trajectories if t.group_id not in flat]

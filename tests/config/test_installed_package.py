@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -8,9 +9,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_presets_and_the_default_policy_work_from_an_installed_package(tmp_path):
-    target = tmp_path / "site"
+    # Build from a clean copy: setuptools builds in the source tree, and a build/ left there by an
+    # earlier install could carry modules that no longer exist into the package.
+    source, target = tmp_path / "source", tmp_path / "site"
+    shutil.copytree(
+        REPO, source, ignore=shutil.ignore_patterns(".git", "build", "runs", "*.egg-info", "__pycache__")
+    )
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q", "--target", str(target), str(REPO)],
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q", "--target", str(target), str(source)],
         check=True, timeout=300, capture_output=True,
     )  # fmt: skip
     probe = (
