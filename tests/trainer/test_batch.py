@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from agentrl.rollout.trajectory import Status
-from agentrl.trainer import build_train_batch
+from agentrl.trainer.batch import build_train_batch
 from tests.trainer.tiny_model import short_trajectory, two_turn_trajectory
 
 

@@ -3,7 +3,9 @@ import random
 import pytest
 import torch
 
-from agentrl.trainer import ActorConfig, PolicyWorker, build_train_batch
+from agentrl.trainer.actor_config import ActorConfig
+from agentrl.trainer.batch import build_train_batch
+from agentrl.trainer.policy_worker import PolicyWorker
 from agentrl.trainer.checkpoint import checkpoint_steps, load_latest_checkpoint, save_checkpoint
 from tests.trainer.tiny_model import PAD_TOKEN_ID, short_trajectory, two_turn_trajectory
 

@@ -9,7 +9,9 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agentrl.trainer import ActorConfig, PolicyWorker, build_train_batch
+from agentrl.trainer.actor_config import ActorConfig
+from agentrl.trainer.batch import build_train_batch
+from agentrl.trainer.policy_worker import PolicyWorker
 from tests.trainer.tiny_model import PAD_TOKEN_ID, short_trajectory, two_turn_trajectory
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

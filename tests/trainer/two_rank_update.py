@@ -11,7 +11,9 @@ import sys
 import torch
 
 from agentrl.rollout.trajectory import Status
-from agentrl.trainer import ActorConfig, PolicyWorker, build_train_batch
+from agentrl.trainer.actor_config import ActorConfig
+from agentrl.trainer.batch import build_train_batch
+from agentrl.trainer.policy_worker import PolicyWorker
 from tests.trainer.tiny_model import PAD_TOKEN_ID, short_trajectory, two_turn_trajectory
 
 
