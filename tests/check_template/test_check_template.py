@@ -1,0 +1,157 @@
+"""The template pre-flight passes the tiny policy's template and names the turn and token of known breakages."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoTokenizer
+
+from agentrl.check_template import check_template, conversations
+from agentrl.check_template.__main__ import main
+from agentrl.check_template.tool_calls import ToolCall, parse_tool_calls
+from agentrl.rollout.chat_template import ChatTemplate
+from agentrl.tiny_policy import DEFAULT_MODEL_PATH
+
+IM_END = 2  # the tiny tokenizer's <|im_end|>, its EOS
+
+# ChatML like the tiny policy's, with one breakage each. `{content}` is the expression that
+# renders an assistant message's content; tool calls render from `tool_calls` as Hermes blocks.
+CHATML = (
+    "{%- if tools %}{{- '<|im_start|>system\\ntools: ' + (tools | tojson) + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' + CONTENT }}"
+    "{%- for call in message.tool_calls or [] %}{%- set call = call.function %}"
+    "{{- '<tool_call>\\n{\"name\": \"' + call.name + '\", \"arguments\": ' + (call.arguments | tojson) + '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' + message.content + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+KEEPS_EVERYTHING = CHATML.replace("CONTENT", "message.content")
+# Like Qwen3's template: reasoning of assistant turns before the last message is dropped.
+STRIPS_EARLIER_REASONING = CHATML.replace(
+    "CONTENT",
+    "(message.content if loop.last else message.content.split('</think>')[-1].lstrip('\\n'))",
+)
+TRIMS_WHITESPACE = CHATML.replace("CONTENT", "(message.content | trim)")
+DROPS_EARLIER_TOOL_CALLS = CHATML.replace(
+    "CONTENT", "(message.content if loop.last else message.content.split('<tool_call>')[0])"
+)
+
+
+def template_with(source: str) -> ChatTemplate:
+    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_PATH)
+    tokenizer.chat_template = source
+    return ChatTemplate(tokenizer)
+
+
+def prompt_length(template: ChatTemplate, conversation_name: str, with_tools: bool = False) -> int:
+    """Tokens before the first sampled token of `conversation_name`."""
+    conversation = next(c for c in conversations(with_tools) if c.name == conversation_name)
+    first = next(i for i, m in enumerate(conversation.messages) if m["role"] == "assistant")
+    return len(template.prompt_ids(conversation.messages[:first], conversation.tools))
+
+
+def test_the_tiny_policys_template_passes_every_check_with_tools():
+    template = ChatTemplate(AutoTokenizer.from_pretrained(DEFAULT_MODEL_PATH))
+    report = check_template(template, [IM_END], conversations(with_tools=True))
+    assert report.violations == []
+    assert report.facts.generation_prompt == "<|im_start|>assistant\n"
+    assert report.facts.end_of_turn == "<|im_end|>\n"
+    assert [(e.conversation, e.num_turns) for e in report.episodes] == [
+        ("single_turn", 1),
+        ("system_and_retry", 2),
+        ("reasoning", 2),
+        ("whitespace", 2),
+        ("tool_call", 2),
+        ("parallel_tool_calls", 3),
+    ]
+
+
+def test_loss_mask_is_one_exactly_on_the_sampled_text_and_its_end_of_turn_token():
+    template = ChatTemplate(AutoTokenizer.from_pretrained(DEFAULT_MODEL_PATH))
+    report = check_template(template, [IM_END], conversations(with_tools=False))
+    episode = next(e for e in report.episodes if e.conversation == "system_and_retry")
+    sampled = [t for t, m in zip(episode.token_ids, episode.loss_mask, strict=True) if m == 1]
+    assert (
+        template.tokenizer.decode(sampled) == "47 - 18 = \\boxed{31}<|im_end|>47 - 18 = \\boxed{29}<|im_end|>"
+    )
+
+
+def test_a_template_that_strips_earlier_reasoning_fails_at_the_first_reasoning_token_of_turn_1():
+    template = template_with(STRIPS_EARLIER_REASONING)
+    report = check_template(template, [IM_END], conversations(with_tools=False))
+    [violation] = report.violations
+    assert (violation.check, violation.conversation, violation.turn) == ("prefix", "reasoning", 1)
+    assert violation.token_index == prompt_length(template, "reasoning")
+    assert "observation after turn 1: token" in violation.message
+    assert "is 30 '<' in training but 54 'T' in the full re-render" in violation.message
+
+
+def test_a_template_that_trims_whitespace_fails_on_the_leading_space_the_model_sampled():
+    template = template_with(TRIMS_WHITESPACE)
+    report = check_template(template, [IM_END], conversations(with_tools=False))
+    [violation] = report.violations
+    assert (violation.check, violation.conversation, violation.turn) == ("prefix", "whitespace", 1)
+    assert violation.token_index == prompt_length(template, "whitespace")
+    assert "sampled turn: token" in violation.message
+    assert r"is 287 ' \\' in training but 432 '\\boxed' in the full re-render" in violation.message
+
+
+def test_a_template_that_drops_earlier_tool_calls_fails_at_the_tool_call_of_turn_1():
+    template = template_with(DROPS_EARLIER_TOOL_CALLS)
+    report = check_template(template, [IM_END], conversations(with_tools=True))
+    assert [(v.conversation, v.turn, v.token_index) for v in report.violations] == [
+        ("tool_call", 1, prompt_length(template, "tool_call", with_tools=True)),
+        ("parallel_tool_calls", 1, prompt_length(template, "parallel_tool_calls", with_tools=True)),
+    ]
+    assert "'<tool_call>' in training but" in report.violations[0].message
+
+
+def test_the_same_chatml_without_a_breakage_passes():
+    report = check_template(template_with(KEEPS_EVERYTHING), [IM_END], conversations(with_tools=True))
+    assert report.violations == []
+
+
+def test_a_turn_end_the_engine_does_not_stop_on_is_a_violation():
+    closes_assistant = "{{- '<|im_end|>\\n' }}{%- elif message.role == 'tool' %}"
+    assert closes_assistant in KEEPS_EVERYTHING
+    source = KEEPS_EVERYTHING.replace(
+        closes_assistant, "{{- '<|endoftext|>' }}{%- elif message.role == 'tool' %}"
+    )
+    report = check_template(template_with(source), [IM_END], conversations(with_tools=False))
+    assert report.violations[0].check == "end_of_turn"
+    assert "'<|endoftext|>'" in report.violations[0].message
+
+
+def test_a_template_without_a_generation_prompt_is_a_violation():
+    source = KEEPS_EVERYTHING.replace(
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}", ""
+    )
+    report = check_template(template_with(source), [IM_END], conversations(with_tools=False))
+    assert report.violations[0].check == "generation_prompt"
+
+
+def test_tool_calls_parse_as_strict_json_and_never_evaluate():
+    text = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2 + 2"}}\n</tool_call>'
+    assert parse_tool_calls(text) == [ToolCall("calculator", {"expression": "2 + 2"})]
+    with pytest.raises(ValueError, match="tool call 0 is not valid JSON"):
+        parse_tool_calls("<tool_call>{'name': __import__('os').getcwd()}</tool_call>")
+
+
+def test_the_command_exits_0_on_the_tiny_policy_and_1_on_a_broken_template(tmp_path, capsys):
+    assert main([str(DEFAULT_MODEL_PATH), "--tools"]) == 0
+    assert capsys.readouterr().out.endswith("ok: the template keeps every token training relies on\n")
+    broken = tmp_path / "broken"
+    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_PATH)
+    tokenizer.chat_template = STRIPS_EARLIER_REASONING
+    tokenizer.save_pretrained(broken)
+    assert main([str(broken)]) == 1
+    output = capsys.readouterr().out
+    assert "VIOLATION [prefix] reasoning turn 1 token" in output
+    assert output.endswith("FAILED\n")
