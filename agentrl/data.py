@@ -5,7 +5,7 @@ A row is a dict with
   `reward_model`  dict with at least `ground_truth` (what the env grades against),
   `data_source`   str naming where the row came from,
   `extra_info`    optional dict (or null) of anything else.
-Every row is validated where it enters, so a bad file fails before training starts with an
+Every row is validated (by the pydantic model `Row`) where it enters, so a bad file fails before training starts with an
 error naming the file, the row index (0-based, in file order) and the column.
 """
 
@@ -16,12 +16,47 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pyarrow import parquet
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentrl.env.registry import load_object
 
 SUPPORTED_SUFFIXES = (".parquet", ".jsonl")
-MESSAGES_EXPECTED = 'a list of {"role", "content"} messages'
+MESSAGES_EXPECTED = 'a non-empty list of {"role", "content"} messages'
+
+
+class DataConfig(BaseModel):
+    """Where the training and held-out rows come from, and how many prompts one step takes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    train_files: list[str] = Field(default_factory=list, description="parquet/jsonl in verl's row layout")
+    val_files: list[str] = Field(
+        default_factory=list,
+        description="held-out rows; with train_files and no val_files, val_size rows are held out of them",
+    )
+    generator: str | None = Field(
+        None, description="'module:function' that makes rows when no files are given"
+    )
+    generator_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="extra kwargs for the generator"
+    )
+    train_size: int = Field(2048, gt=0, description="rows to generate for training (generator only)")
+    val_size: int = Field(
+        200, gt=0, description="held-out rows: generated, or split off train_files when no val_files"
+    )
+    train_batch_size: int = Field(16, gt=0, description="prompts (groups) per training step")
+    shuffle: bool = Field(True, description="reshuffle training rows every epoch")
+
+    @model_validator(mode="after")
+    def _has_a_source(self) -> DataConfig:
+        if not self.train_files and self.generator is None:
+            raise ValueError("set data.train_files=[...] or data.generator=module:function")
+        if self.train_files and self.generator is not None:
+            raise ValueError(
+                "data.train_files and data.generator are both set; choose one (data.generator=null "
+                "to train on the files)"
+            )
+        return self
 
 
 def load_rows(path: str | Path) -> list[dict[str, Any]]:
@@ -33,7 +68,7 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
         )
     if not path.is_file():
         raise ValueError(f"{path}: no such dataset file")
-    rows = parquet.read_table(path).to_pylist() if path.suffix == ".parquet" else _read_jsonl(path)
+    rows = _read_parquet(path) if path.suffix == ".parquet" else _read_jsonl(path)
     validate_rows(rows, source=path.name)
     return rows
 
@@ -68,44 +103,71 @@ def generated_rows(
     return rows
 
 
+class PromptMessage(BaseModel):
+    """One opening chat message; extra keys (name, tool_calls, ...) pass through."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    role: str
+    content: str
+
+
+class RewardModel(BaseModel):
+    """What the env grades against: verl's `reward_model` column."""
+
+    model_config = ConfigDict(extra="allow")
+
+    ground_truth: Any = Field(description="the answer the env grades against; never null")
+
+    @field_validator("ground_truth")
+    @classmethod
+    def _present(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("is missing; it holds the answer the env grades against")
+        return value
+
+
+class Row(BaseModel):
+    """One dataset row in verl's layout; extra columns pass through to the env."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    prompt: list[PromptMessage] = Field(min_length=1, description=MESSAGES_EXPECTED)
+    reward_model: RewardModel
+    data_source: str
+    extra_info: dict[str, Any] | None = None
+
+
 def validate_rows(rows: list[Any], source: str) -> None:
     """Raise ValueError naming `source`, the row index and the column of the first bad row."""
     for index, row in enumerate(rows):
-        problem = _row_problem(row)
-        if problem is not None:
-            raise ValueError(f"{source} row {index}: {problem}")
+        if not isinstance(row, dict):
+            raise ValueError(  # noqa: TRY004  # user input: ValueError project-wide
+                f"{source} row {index}: must be an object with columns prompt, reward_model, "
+                f"data_source; got {type(row).__name__}"
+            )
+        try:
+            Row.model_validate(row)
+        except ValidationError as error:
+            raise ValueError(f"{source} row {index}: {_first_problem(error)}") from None
 
 
-def _row_problem(row: Any) -> str | None:
-    if not isinstance(row, dict):
-        return f"must be an object with columns prompt, reward_model, data_source; got {type(row).__name__}"
-    prompt = row.get("prompt")
-    if not isinstance(prompt, list) or not prompt:
-        got = "an empty list" if prompt == [] else _type_name(prompt)
-        return f"column 'prompt' must be {MESSAGES_EXPECTED}, got {got}"
-    for position, message in enumerate(prompt):
-        if not (isinstance(message, dict) and isinstance(message.get("role"), str)):
-            return f"column 'prompt' message {position} must be a dict with a str 'role', got {message!r}"
-        if not isinstance(message.get("content"), str):
-            got = _type_name(message.get("content"))
-            return f"column 'prompt' message {position} must have a str 'content', got {got}"
-    reward_model = row.get("reward_model")
-    if not isinstance(reward_model, dict):
-        got = _type_name(reward_model)
-        return f"column 'reward_model' must be an object with a 'ground_truth' field, got {got}"
-    if reward_model.get("ground_truth") is None:
-        return "column 'reward_model.ground_truth' is missing; it holds the answer the env grades against"
-    if not isinstance(row.get("data_source"), str):
-        return (
-            f"column 'data_source' must be a str naming the dataset, got {_type_name(row.get('data_source'))}"
-        )
-    if row.get("extra_info") is not None and not isinstance(row["extra_info"], dict):
-        return f"column 'extra_info' must be an object or null, got {_type_name(row['extra_info'])}"
-    return None
+def _first_problem(error: ValidationError) -> str:
+    item = error.errors()[0]
+    column = ".".join(str(part) for part in item["loc"])
+    if item["type"] == "missing":
+        return f"column '{column}' is missing"
+    if item["type"] == "value_error":  # our own validators phrase the whole problem
+        return f"column '{column}' {item['msg'].removeprefix('Value error, ')}"
+    got = item.get("input")
+    described = "an empty list" if got == [] else type(got).__name__
+    return f"column '{column}': {item['msg']}, got {described}"
 
 
-def _type_name(value: Any) -> str:
-    return "nothing (column missing)" if value is None else type(value).__name__
+def _read_parquet(path: Path) -> list[Any]:
+    from pyarrow import parquet  # only a parquet dataset pays for importing pyarrow
+
+    return parquet.read_table(path).to_pylist()
 
 
 def _read_jsonl(path: Path) -> list[Any]:

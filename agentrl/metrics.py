@@ -8,12 +8,14 @@ and to Weights & Biases when enabled (offline mode when no API key is configured
 from __future__ import annotations
 
 import json
+import math
 import os
+import secrets
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
+from agentrl.config import Config
 from agentrl.rollout.trajectory import Status, Trajectory
 
 
@@ -50,6 +52,11 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[st
         ),
     }
     metrics.update(_accuracy(valid))
+    metrics.update(_env_info_means(valid))
+    num = len(trajectories)
+    metrics["rollout/error_frac"] = sum(t.status.is_error for t in trajectories) / num if num else 0.0
+    metrics["rollout/truncated_frac"] = sum(t.status.is_truncated for t in trajectories) / num if num else 0.0
+    metrics["rollout/infra_retries"] = float(sum(t.num_infra_retries for t in trajectories))
     for status in Status:
         count = sum(t.status is status for t in trajectories)
         metrics[f"rollout/status/{status.value}"] = count / len(trajectories) if trajectories else 0.0
@@ -73,6 +80,16 @@ def _accuracy(trajectories: list[Trajectory]) -> dict[str, float]:
     return {"accuracy": sum(samples) / len(samples), "accuracy_stderr": stderr}
 
 
+def _env_info_means(trajectories: list[Trajectory]) -> dict[str, float]:
+    """`env/<key>/mean` of every numeric value envs put in their final info (bools are accuracy's)."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for t in trajectories:
+        for key, value in t.info.items():
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+                values[key].append(float(value))
+    return {f"env/{key}/mean": statistics.fmean(found) for key, found in sorted(values.items())}
+
+
 class MetricsLogger:
     """Writes step metrics to metrics.jsonl, the console and optionally Weights & Biases."""
 
@@ -83,30 +100,38 @@ class MetricsLogger:
         "actor/kl_loss",
         "actor/grad_norm",
         "response_length/mean",
+        "rollout/error_frac",
+        "rollout/truncated_frac",
         "timing_s/step",
     )
+    WANDB_ID_FILE = "wandb_run_id"
 
-    def __init__(
-        self, run_dir: Path, loggers: list[str], project: str, name: str, config: dict[str, Any]
-    ) -> None:
+    def __init__(self, run_dir: Path, config: Config, resumed: bool) -> None:
         self.path = run_dir / "metrics.jsonl"
-        self.console = "console" in loggers
+        trainer = config.trainer
+        self.console = "console" in trainer.logger
         self.wandb_run = None
-        if "wandb" in loggers:
+        if "wandb" in trainer.logger:
             import wandb
 
             if not os.environ.get("WANDB_API_KEY") and not os.environ.get("WANDB_MODE"):
                 os.environ["WANDB_MODE"] = "offline"
+            os.environ.setdefault("WANDB_SILENT", "true")
+            id_file = run_dir / self.WANDB_ID_FILE
+            if not resumed or not id_file.is_file():
+                id_file.write_text(secrets.token_hex(8))
+            # A resumed run continues the same wandb run rather than opening a second one.
             self.wandb_run = wandb.init(
-                project=project, name=name, dir=str(run_dir), config=config, resume="allow"
-            )
+                project=trainer.project_name, name=trainer.experiment_name, dir=str(run_dir),
+                config=config.model_dump(mode="json"), id=id_file.read_text().strip(), resume="allow",
+            )  # fmt: skip
 
-    def discard_after(self, step: int | None) -> None:
-        """Forget records a resumed run will redo (after `step`), or all of them (None)."""
+    def discard_after(self, step: int) -> None:
+        """Forget records a resumed run will redo (after `step`); a fresh run (step 0) keeps none."""
         if not self.path.exists():
             return
         records = [json.loads(line) for line in self.path.read_text().splitlines()]
-        kept = [record for record in records if step is not None and record["step"] <= step]
+        kept = [record for record in records if step > 0 and record["step"] <= step]
         self.path.write_text("".join(json.dumps(record) + "\n" for record in kept))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:

@@ -35,15 +35,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(dump_config(config), end="")
         return 0
+    for warning in config.warnings():
+        print(f"warning: {warning}", file=sys.stderr)
     # Heavy imports only after the config is known to be valid.
-    from agentrl.trainer.components import build_components
-    from agentrl.trainer.loop import Trainer
+    from agentrl.trainer.components import build_env_factory, build_trainer
+    from agentrl.trainer.health import RunStopped
 
+    try:
+        build_env_factory(config)  # a bad env id or env.kwargs reads like a config error
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     run_dir = Path(config.trainer.run_dir or f"runs/{config.trainer.experiment_name}")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(config))
-    trainer = Trainer(config, build_components(config, run_dir))
-    asyncio.run(trainer.fit())
+    try:
+        asyncio.run(build_trainer(config, run_dir).fit())
+    except RunStopped as stopped:
+        print(f"error: {stopped}", file=sys.stderr)
+        return 1
     print(f"run dir: {run_dir}  final policy: {run_dir / 'hf_model'}")
     print(held_out_summary(run_dir / "metrics.jsonl"))
     return 0
@@ -51,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def held_out_summary(metrics_path: Path) -> str:
     """First and last held-out evaluation of the run, read back from metrics.jsonl."""
+    if not metrics_path.is_file():
+        return "no held-out evaluation was run"
     evaluations = [
         record
         for line in metrics_path.read_text().splitlines()

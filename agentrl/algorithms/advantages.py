@@ -32,6 +32,20 @@ def _group_sums(values: torch.Tensor, index: torch.Tensor, num_groups: int) -> t
     return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, index, values)
 
 
+def _has_spread(
+    rewards: torch.Tensor, valid: torch.Tensor, index: torch.Tensor, num_groups: int
+) -> torch.Tensor:
+    """[N] True where the valid members of the trajectory's group do not all share one reward.
+
+    Decided by comparing rewards, not by a computed std: the mean of equal rewards is not exactly
+    that reward in floating point, and the rounding error divided by a tiny std is not small.
+    """
+    empty = torch.full((num_groups,), float("nan"), dtype=rewards.dtype, device=rewards.device)
+    highest = empty.clone().scatter_reduce_(0, index[valid], rewards[valid], "amax", include_self=False)
+    lowest = empty.clone().scatter_reduce_(0, index[valid], rewards[valid], "amin", include_self=False)
+    return (highest > lowest)[index]
+
+
 def grpo_advantages(
     rewards: torch.Tensor,  # [N]
     group_ids: torch.Tensor,  # [N]
@@ -42,12 +56,12 @@ def grpo_advantages(
     """GRPO: A_i = (r_i - mean_g) / (std_g + eps); Dr.GRPO (norm_by_std=False): A_i = r_i - mean_g.
 
     mean_g and std_g are over the valid members of i's group; std is the unbiased (n - 1)
-    sample std, as in verl. A group with a single valid member has std 0 by convention and
-    advantage 0 (no baseline to compare with).
+    sample std, as in verl. Statistics are taken in float64, and a group whose valid rewards are
+    all equal (or that has a single valid member) gets advantages of exactly 0.
     """
     _check_shapes(rewards, group_ids, valid)
-    rewards = rewards.to(torch.float32)
-    weights = valid.to(torch.float32)
+    rewards = rewards.to(torch.float64)
+    weights = valid.to(torch.float64)
     index, num_groups = _group_index(group_ids)
     counts = _group_sums(weights, index, num_groups)
     means = _group_sums(rewards * weights, index, num_groups) / counts.clamp(min=1)
@@ -56,7 +70,8 @@ def grpo_advantages(
         squares = _group_sums(centered.square(), index, num_groups)
         stds = (squares / (counts - 1).clamp(min=1)).sqrt()
         centered = centered / (stds[index] + eps)
-    return centered
+    informative = _has_spread(rewards, valid, index, num_groups) & valid
+    return torch.where(informative, centered, torch.zeros_like(centered)).to(torch.float32)
 
 
 def rloo_advantages(
@@ -66,18 +81,19 @@ def rloo_advantages(
 ) -> torch.Tensor:  # [N]
     """RLOO: A_i = r_i - mean of the other valid members of i's group = n/(n-1) * (r_i - mean_g).
 
-    A group with a single valid member gets advantage 0.
+    Taken in float64; a group with a single valid member, or whose valid rewards are all equal,
+    gets advantages of exactly 0.
     """
     _check_shapes(rewards, group_ids, valid)
-    rewards = rewards.to(torch.float32)
-    weights = valid.to(torch.float32)
+    rewards = rewards.to(torch.float64)
+    weights = valid.to(torch.float64)
     index, num_groups = _group_index(group_ids)
     counts = _group_sums(weights, index, num_groups)
     totals = _group_sums(rewards * weights, index, num_groups)
     others = (counts[index] - 1).clamp(min=1)
     baseline = (totals[index] - rewards) / others
-    has_others = counts[index] > 1
-    return torch.where(has_others & valid, rewards - baseline, torch.zeros_like(rewards))
+    informative = (counts[index] > 1) & valid & _has_spread(rewards, valid, index, num_groups)
+    return torch.where(informative, rewards - baseline, torch.zeros_like(rewards)).to(torch.float32)
 
 
 def compute_advantages(

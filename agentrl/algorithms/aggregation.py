@@ -23,12 +23,11 @@ normalisation constant across steps too.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
 import torch
 
-LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-LOSS_AGG_MODES: tuple[str, ...] = get_args(LossAggMode)
+from agentrl.algorithms.config import LOSS_AGG_MODES, LossAggMode
+
+__all__ = ["LOSS_AGG_MODES", "LossAggMode", "aggregate"]
 
 
 def aggregate(

@@ -1,10 +1,27 @@
-"""Advantage stage settings: which estimator turns grouped rewards into advantages (verl names)."""
+"""Algorithm settings (verl names): the advantage estimator, and the loss and KL names the actor uses.
+
+No torch here: the config schema imports this module before anything heavy loads.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
+
+LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+LOSS_AGG_MODES: tuple[str, ...] = get_args(LossAggMode)
+KL_KINDS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+
+
+def parse_kl_kind(kind: str) -> tuple[str, bool]:
+    """Split "k3+" into ("k3", True); raises ValueError for an unknown estimator."""
+    base, straight_through = (kind[:-1], True) if kind.endswith("+") else (kind, False)
+    if base not in KL_KINDS:
+        raise ValueError(
+            f"kl_loss_type must be one of {', '.join(KL_KINDS)}, optionally with a '+' suffix; got {kind!r}"
+        )
+    return base, straight_through
 
 
 class FilterGroupsConfig(BaseModel):
@@ -15,7 +32,6 @@ class FilterGroupsConfig(BaseModel):
     enable: bool = Field(
         False, description="Drop zero-spread groups and keep generating until the batch fills."
     )
-    metric: Literal["reward"] = Field("reward", description="Per-trajectory value whose spread is checked.")
     max_num_gen_batches: int = Field(
         4, ge=1, description="Most generation rounds per training step before training on what was kept."
     )

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import torch
 
-KL_KINDS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+from agentrl.algorithms.config import KL_KINDS, parse_kl_kind
+
+__all__ = ["KL_KINDS", "kl_penalty", "parse_kl_kind"]
+
 _LOG_RATIO_LIMIT = 20.0  # keeps exp() finite when the policies disagree wildly
 _K3_LIMIT = 10.0  # a single token's k3 value beyond this is noise, not signal
 
@@ -35,16 +38,6 @@ def _forward_estimate(log_ratio: torch.Tensor, kind: str) -> torch.Tensor:
     # k3: with y = ref - logprob, exp(y) - y - 1
     reverse = (-log_ratio).clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)
     return (reverse.exp() - reverse - 1).clamp(-_K3_LIMIT, _K3_LIMIT)
-
-
-def parse_kl_kind(kind: str) -> tuple[str, bool]:
-    """Split "k3+" into ("k3", True); raises ValueError for an unknown estimator."""
-    base, straight_through = (kind[:-1], True) if kind.endswith("+") else (kind, False)
-    if base not in KL_KINDS:
-        raise ValueError(
-            f"kl_loss_type must be one of {', '.join(KL_KINDS)}, optionally with a '+' suffix; got {kind!r}"
-        )
-    return base, straight_through
 
 
 def kl_penalty(

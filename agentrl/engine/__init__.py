@@ -1,15 +1,29 @@
-"""Inference stage: token-in/token-out generation behind one async protocol."""
+"""Inference stage: token-in/token-out generation behind one async protocol.
 
-from agentrl.engine.protocol import FinishReason, Generation, InferenceEngine, SamplingParams
-from agentrl.engine.transformers_engine import EngineStats, StepKind, StepRecord, TransformersEngine
+The names below load lazily, so that `agentrl.engine.config` (imported by the config schema)
+pulls in no torch or transformers.
+"""
 
-__all__ = [
-    "EngineStats",
-    "FinishReason",
-    "Generation",
-    "InferenceEngine",
-    "SamplingParams",
-    "StepKind",
-    "StepRecord",
-    "TransformersEngine",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {
+    "EngineStats": "transformers_engine",
+    "FinishReason": "protocol",
+    "Generation": "protocol",
+    "InferenceEngine": "protocol",
+    "SamplingParams": "protocol",
+    "StepKind": "transformers_engine",
+    "StepRecord": "transformers_engine",
+    "TransformersEngine": "transformers_engine",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'agentrl.engine' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"agentrl.engine.{_HOMES[name]}"), name)

@@ -4,7 +4,8 @@ The action is the assistant's text; the observation is a list of chat messages
 (`{"role": "user" | "tool", "content": ...}`). The task (a dataset row) arrives through
 `reset(options=row)`. I/O-bound environments override the async pair `areset`/`astep`;
 a sync-only environment still works because the async defaults run the sync methods in a
-thread, so they never block the event loop. An async-only environment still works through
+thread (a daemon thread per call, so a hung call is abandoned rather than starving later
+ones) and never block the event loop. An async-only environment still works through
 `reset`/`step` (e.g. under `gymnasium.utils.env_checker.check_env`), which then run the
 coroutines on a private event loop.
 """
@@ -18,6 +19,7 @@ from typing import Any, ClassVar, TypeVar
 import gymnasium as gym
 
 from agentrl.env.spaces import ChatMessages, Text
+from agentrl.env.threads import run_in_daemon_thread
 
 Message = dict[str, Any]  # {"role": str, "content": str, optional "tool_calls"/"name"/...}
 StepResult = tuple[list[Message], float, bool, bool, dict[str, Any]]
@@ -80,12 +82,12 @@ class TextEnv(gym.Env):
     ) -> tuple[list[Message], dict[str, Any]]:
         """Async reset; by default runs `reset` in a worker thread."""
         self._require_override("reset", "areset")
-        return await asyncio.to_thread(self.reset, seed=seed, options=options)
+        return await run_in_daemon_thread(self.reset, seed=seed, options=options)
 
     async def astep(self, action: str) -> StepResult:
         """Async step; by default runs `step` in a worker thread."""
         self._require_override("step", "astep")
-        return await asyncio.to_thread(self.step, action)
+        return await run_in_daemon_thread(self.step, action)
 
     async def aclose(self) -> None:
         """Release resources held by the env (sandbox sessions, HTTP clients).
@@ -93,7 +95,7 @@ class TextEnv(gym.Env):
         By default runs an overridden `close` in a worker thread.
         """
         if type(self).close is not TextEnv.close:
-            await asyncio.to_thread(self.close)
+            await run_in_daemon_thread(self.close)
 
     # -- helpers --
 

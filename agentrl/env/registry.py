@@ -9,12 +9,10 @@ built-in env. `make("some.module:Class")` builds an unregistered env directly.
 from __future__ import annotations
 
 import difflib
-import importlib
 import importlib.metadata
+import pkgutil
 import threading
-import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from gymnasium.envs.registration import EnvSpec
@@ -22,7 +20,6 @@ from gymnasium.envs.registration import EnvSpec
 from agentrl.env.base import TextEnv
 
 ENTRY_POINT_GROUP = "agentrl.envs"
-_PROJECT_NAME = "agentrl"
 
 
 @dataclass(frozen=True)
@@ -45,14 +42,12 @@ def load_object(reference: str) -> Any:
     if not separator or not module_name or not attribute:
         raise ValueError(f"expected a reference of the form 'package.module:Name', got {reference!r}")
     try:
-        module = importlib.import_module(module_name)
+        return pkgutil.resolve_name(reference)
     except ImportError as error:
         raise ValueError(
             f"cannot import module {module_name!r} of {reference!r} ({error}); "
             "check the spelling and that it is importable from the current directory or installed"
         ) from error
-    try:
-        return getattr(module, attribute)
     except AttributeError:
         raise ValueError(
             f"module {module_name!r} has no attribute {attribute!r} (from {reference!r})"
@@ -131,34 +126,5 @@ def _discover_entry_points() -> None:
         if _discovered:
             return
         _discovered = True
-        references = dict(_source_checkout_entry_points())
-        references.update(
-            (point.name, point.value) for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-        )
-        for name, reference in references.items():
-            _registry.setdefault(name, Registration(name, reference))
-
-
-def _source_checkout_entry_points() -> dict[str, str]:
-    """Entry points declared in the pyproject.toml of an uninstalled source checkout.
-
-    Running from a checkout without `pip install -e .` has no package metadata; reading the
-    same declaration from pyproject.toml keeps built-in envs available there.
-    """
-    try:
-        importlib.metadata.distribution(_PROJECT_NAME)
-        return {}  # installed: the metadata already carries the entry points
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    return entry_points_from_pyproject(Path(__file__).resolve().parents[2] / "pyproject.toml")
-
-
-def entry_points_from_pyproject(path: Path) -> dict[str, str]:
-    """The `agentrl.envs` entry points declared in one pyproject.toml ({} if none or absent)."""
-    if not path.is_file():
-        return {}
-    with path.open("rb") as file:
-        project = tomllib.load(file).get("project", {})
-    if project.get("name") != _PROJECT_NAME:
-        return {}
-    return dict(project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
+        for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            _registry.setdefault(point.name, Registration(point.name, point.value))

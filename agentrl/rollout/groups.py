@@ -1,4 +1,4 @@
-"""Rollout stage: n trajectories per dataset row, all in flight at once, with a progress bar."""
+"""Rollout stage: n trajectories per dataset row, all in flight at once (a progress bar on a terminal)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,16 @@ from tqdm.auto import tqdm
 
 from agentrl.engine.protocol import InferenceEngine
 from agentrl.env.base import TextEnv
-from agentrl.rollout.agent_loop import Budgets, Sampling, run_episode
+from agentrl.rollout.agent_loop import run_episode_with_retries
 from agentrl.rollout.chat_template import ChatTemplate
+from agentrl.rollout.config import Budgets, Sampling
 from agentrl.rollout.trajectory import Trajectory
 
 
-async def _rollout_one(make_env: Callable[[], TextEnv], progress: tqdm, **episode_kwargs: Any) -> Trajectory:
-    env = make_env()
+async def _rollout_one(progress: tqdm, **episode_kwargs: Any) -> Trajectory:
     try:
-        return await run_episode(env, **episode_kwargs)
+        return await run_episode_with_retries(**episode_kwargs)
     finally:
-        await env.aclose()
         progress.update(1)
 
 
@@ -37,19 +36,25 @@ async def rollout_groups(
     sampling_seed: int,
     budgets: Budgets,
     sampling: Sampling,
+    max_infra_retries: int = 0,
     description: str = "rollout",
 ) -> list[Trajectory]:
     """Roll out `n` trajectories for each row; trajectory i*n+j is sample j of rows[i].
 
     The n members of a group reset with the same task and the same seed (`seed + row_id`);
     each samples with its own seed, derived from `sampling_seed`, so the group explores
-    different completions and a rerun reproduces them.
+    different completions and a rerun reproduces them. An episode whose engine or sandbox
+    failed is rerun up to `max_infra_retries` times with the same task and seeds.
     """
-    progress = tqdm(total=len(rows) * n, desc=description, unit="traj", leave=False, dynamic_ncols=True)
+    # disable=None: a progress bar only on a terminal, never thousands of lines in a log.
+    progress = tqdm(
+        total=len(rows) * n, desc=description, unit="traj", leave=False, dynamic_ncols=True, disable=None
+    )
     tasks = [
         _rollout_one(
-            make_env,
             progress,
+            make_env=make_env,
+            max_infra_retries=max_infra_retries,
             engine=engine,
             template=template,
             row=row,

@@ -38,6 +38,7 @@ class Turn:
     observation_ids: list[int]  # [num_observation_tokens] template delta, loss mask 0
     reward: float
     finish_reason: str
+    policy_version: int = 0  # weight version that sampled this turn
 
 
 @dataclass
@@ -55,9 +56,19 @@ class Trajectory:
     error: str | None = None  # message of the exception behind an error status
     policy_version: int = 0
     num_template_mismatches: int = 0  # turns where the chat template broke the prefix property
+    num_infra_retries: int = 0  # reruns after engine_error/sandbox_error before this result
     info: dict[str, Any] = field(default_factory=dict)
+    advantage: float | None = None  # set by the training loop for trajectories it trains on
 
     def to_json(self) -> dict[str, Any]:
         record = asdict(self)
         record["status"] = self.status.value
         return record
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> Trajectory:
+        """The trajectory `to_json` wrote (one line of rollouts/step_N.jsonl)."""
+        fields = dict(record)
+        fields["status"] = Status(fields["status"])
+        fields["turns"] = [Turn(**turn) for turn in fields.get("turns", [])]
+        return cls(**fields)

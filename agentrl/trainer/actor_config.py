@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agentrl.algorithms.aggregation import LossAggMode
-from agentrl.algorithms.kl import parse_kl_kind
+from agentrl.algorithms.config import LossAggMode, parse_kl_kind
 
 
 class OptimConfig(BaseModel):
@@ -25,10 +24,10 @@ class ActorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ppo_mini_batch_size: int = Field(
-        256, ge=1, description="Prompts (groups) per optimizer step; times rollout.n sequences, as in verl."
+        16, ge=1, description="Prompts (groups) per optimizer step; times rollout.n sequences, as in verl."
     )
     ppo_micro_batch_size_per_gpu: int = Field(
-        4, ge=1, description="Sequences per forward/backward pass on one rank (gradient accumulation)."
+        16, ge=1, description="Sequences per forward/backward pass on one rank (gradient accumulation)."
     )
     ppo_epochs: int = Field(1, ge=1, description="Passes over the batch per training step.")
     clip_ratio_low: float = Field(0.2, ge=0, description="Ratio is clipped below at 1 - clip_ratio_low.")

@@ -3,44 +3,36 @@
 from __future__ import annotations
 
 import functools
+import random
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 from transformers import AutoTokenizer
 
 from agentrl.config import Config
 from agentrl.data import generated_rows, load_rows
-from agentrl.engine.protocol import InferenceEngine
 from agentrl.engine.transformers_engine import TransformersEngine
-from agentrl.env.base import TextEnv
 from agentrl.env.registry import make
-from agentrl.rollout.agent_loop import Budgets, Sampling
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
 from agentrl.trainer.data_order import StepSampler
+from agentrl.trainer.loop import Trainer, TrainerParts
 from agentrl.trainer.policy_worker import PolicyWorker
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-@dataclass
-class Components:
-    """Everything one training run holds on to."""
+@dataclass(frozen=True)
+class TaskData:
+    """The training rows and the held-out rows of a run."""
 
-    run_dir: Path
-    make_env: Any  # () -> TextEnv
-    engine: InferenceEngine
-    template: ChatTemplate
-    pad_token_id: int
-    actor: PolicyWorker
-    reference: PolicyWorker | None
-    sampler: StepSampler
-    extra_sampler: StepSampler  # extra batches for dynamic sampling
+    train_rows: list[dict[str, Any]]
     val_rows: list[dict[str, Any]]
-    budgets: Budgets
-    train_sampling: Sampling
+    note: str | None = None  # how the held-out rows were chosen, when the user should know
 
 
 def resolve_model_path(path: str) -> str:
@@ -51,32 +43,65 @@ def resolve_device(device: str) -> str:
     return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
 
 
-def _rows(files: list[str], config: Config, num_rows: int, split: str) -> list[dict[str, Any]]:
-    if files:
-        return [row for path in files for row in load_rows(path)]
-    data = config.data
-    return generated_rows(
-        data.generator, num_rows, seed=config.trainer.seed, split=split, **data.generator_kwargs
+def load_task_data(config: Config) -> TaskData:
+    """Rows from the files or the generator. Evaluation never silently uses unrelated rows.
+
+    With train_files and no val_files, `data.val_size` rows are held out of the training files
+    by a seeded shuffle, and the run says so.
+    """
+    data, seed = config.data, config.trainer.seed
+    if not data.train_files:
+        generate = functools.partial(generated_rows, data.generator, seed=seed, **data.generator_kwargs)
+        train_rows = generate(data.train_size, split="train")
+        if data.val_files:
+            return TaskData(train_rows, [row for path in data.val_files for row in load_rows(path)])
+        return TaskData(train_rows, generate(data.val_size, split="val"))
+    rows = [row for path in data.train_files for row in load_rows(path)]
+    if data.val_files:
+        return TaskData(rows, [row for path in data.val_files for row in load_rows(path)])
+    if len(rows) <= data.val_size:
+        raise ValueError(
+            f"data.train_files hold {len(rows)} rows, too few to hold out data.val_size={data.val_size} "
+            "for evaluation; set data.val_files=[...] or a smaller data.val_size"
+        )
+    order = list(range(len(rows)))
+    random.Random(f"val-split-{seed}").shuffle(order)
+    held_out = set(order[: data.val_size])
+    note = (
+        f"no data.val_files: evaluating on {data.val_size} rows held out of data.train_files "
+        f"(seeded by trainer.seed={seed}); the other {len(rows) - data.val_size} rows train"
+    )
+    return TaskData(
+        [row for i, row in enumerate(rows) if i not in held_out],
+        [rows[i] for i in sorted(held_out)],
+        note,
     )
 
 
-def _check_env(make_env) -> None:
-    """Build one env before any model loads, so a bad env id or kwargs fails fast."""
-    env: TextEnv = make_env()
-    env.close()
+def build_env_factory(config: Config) -> functools.partial:
+    """`make(env.id, **env.kwargs)` as a factory; builds one env now, so a bad id or kwargs fails fast."""
+    make_env = functools.partial(make, config.env.id, **config.env.kwargs)
+    try:
+        make_env().close()
+    except TypeError as error:  # the env's constructor rejected env.kwargs
+        raise ValueError(
+            f"env {config.env.id!r} cannot be built with env.kwargs={config.env.kwargs}: {error}"
+        ) from None
+    return make_env
 
 
-def build_components(config: Config, run_dir: Path) -> Components:
+def build_trainer(config: Config, run_dir: Path) -> Trainer:
     """Load data, env factory, tokenizer, engine, actor and (when KL is on) the reference policy."""
     if config.trainer.num_threads:
         torch.set_num_threads(config.trainer.num_threads)
-    make_env = functools.partial(make, config.env.id, **config.env.kwargs)
-    _check_env(make_env)
-    train_rows = _rows(config.data.train_files, config, config.data.train_size, "train")
-    val_rows = _rows(config.data.val_files, config, config.data.val_size, "val")
-    data, rollout = config.data, config.rollout
+    if not sys.stderr.isatty():  # progress bars belong on a terminal, not in a log file
+        transformers.utils.logging.disable_progress_bar()
+    make_env = build_env_factory(config)
+    data = load_task_data(config)
+    if data.note:
+        print(data.note, flush=True)
     model_path = resolve_model_path(config.model.path)
-    device, dtype = resolve_device(config.trainer.device), DTYPES[config.model.dtype]
+    dtype = DTYPES[config.model.dtype]
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     engine = TransformersEngine.from_pretrained(
         model_path,
@@ -87,15 +112,16 @@ def build_components(config: Config, run_dir: Path) -> Components:
     )
     worker_kwargs = {
         "actor": config.actor,
-        "device": device,
+        "device": resolve_device(config.trainer.device),
         "dtype": dtype,
-        "temperature": rollout.temperature,
+        "temperature": config.rollout.temperature,
     }
     actor = PolicyWorker(model_path, trainable=True, **worker_kwargs)
     reference = (
         PolicyWorker(model_path, trainable=False, **worker_kwargs) if config.actor.use_kl_loss else None
     )
-    return Components(
+    batch_size, seed, shuffle = config.data.train_batch_size, config.trainer.seed, config.data.shuffle
+    parts = TrainerParts(
         run_dir=run_dir,
         make_env=make_env,
         engine=engine,
@@ -103,15 +129,8 @@ def build_components(config: Config, run_dir: Path) -> Components:
         pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
         actor=actor,
         reference=reference,
-        sampler=StepSampler(train_rows, data.train_batch_size, config.trainer.seed, data.shuffle),
-        extra_sampler=StepSampler(train_rows, data.train_batch_size, config.trainer.seed + 1, data.shuffle),
-        val_rows=val_rows,
-        budgets=Budgets(
-            max_turns=rollout.max_turns,
-            max_new_tokens_per_turn=rollout.max_new_tokens_per_turn,
-            max_tokens_per_episode=rollout.max_tokens_per_episode,
-            step_timeout_s=rollout.step_timeout_s,
-            episode_timeout_s=rollout.episode_timeout_s,
-        ),
-        train_sampling=Sampling(temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k),
+        sampler=StepSampler(data.train_rows, batch_size, seed, shuffle),
+        extra_sampler=StepSampler(data.train_rows, batch_size, seed + 1, shuffle),
+        val_rows=data.val_rows,
     )
+    return Trainer(config, parts)

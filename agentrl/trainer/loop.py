@@ -1,26 +1,52 @@
 """The training loop: the one place that calls every stage of the dataflow in order.
 
-sample tasks -> rollout groups -> rewards -> advantages -> old/ref logprobs -> update ->
-weight sync -> metrics -> checkpoint.
+sample tasks -> rollout groups -> advantages -> old/ref logprobs -> update -> weight sync ->
+evaluation -> metrics -> checkpoint. Steps are numbered from 1; step 0 is the evaluation
+before training. Step k's metrics line is written before its checkpoint, so every step a
+checkpoint covers has its line, wherever a kill lands.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 
 from agentrl.algorithms.advantages import compute_advantages, zero_spread_groups
 from agentrl.config import Config
+from agentrl.engine.protocol import InferenceEngine
+from agentrl.env.base import TextEnv
 from agentrl.metrics import MetricsLogger, dump_trajectories, rollout_metrics
-from agentrl.rollout.agent_loop import Sampling
+from agentrl.rollout.chat_template import ChatTemplate
+from agentrl.rollout.config import Sampling
 from agentrl.rollout.groups import rollout_groups
-from agentrl.rollout.trajectory import Trajectory
+from agentrl.rollout.trajectory import Status, Trajectory
 from agentrl.trainer.batch import build_train_batch
 from agentrl.trainer.checkpoint import load_latest_checkpoint, save_checkpoint
-from agentrl.trainer.components import Components
+from agentrl.trainer.data_order import StepSampler
+from agentrl.trainer.health import RunHealth
+from agentrl.trainer.policy_worker import PolicyWorker
+
+
+@dataclass
+class TrainerParts:
+    """The live parts one run drives, built from the config by `components.build_trainer`."""
+
+    run_dir: Path
+    make_env: Callable[[], TextEnv]
+    engine: InferenceEngine
+    template: ChatTemplate
+    pad_token_id: int
+    actor: PolicyWorker
+    reference: PolicyWorker | None  # only when actor.use_kl_loss
+    sampler: StepSampler  # the rows of each step
+    extra_sampler: StepSampler  # extra batches for dynamic sampling
+    val_rows: list[dict[str, Any]]
 
 
 @dataclass
@@ -30,151 +56,186 @@ class StepTimer:
     seconds: dict[str, float] = field(default_factory=dict)
 
     @contextmanager
-    def stage(self, name: str):
+    def stage(self, name: str) -> Iterator[None]:
         start = time.perf_counter()
         yield
-        self.seconds[f"timing_s/{name}"] = (
-            self.seconds.get(f"timing_s/{name}", 0.0) + time.perf_counter() - start
-        )
+        key = f"timing_s/{name}"
+        self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
 
 
 class Trainer:
     """Runs `config.trainer.total_training_steps` GRPO-family steps, resumable at any step."""
 
-    def __init__(self, config: Config, components: Components) -> None:
-        self.config, self.c = config, components
-        self.logger = MetricsLogger(
-            components.run_dir,
-            config.trainer.logger,
-            config.trainer.project_name,
-            config.trainer.experiment_name,
-            config.model_dump(mode="json"),
-        )
+    def __init__(self, config: Config, parts: TrainerParts) -> None:
+        self.config, self.parts = config, parts
+        self.health = RunHealth(config.trainer.max_error_frac, config.trainer.max_error_steps)
 
     async def _rollout(
-        self, rows, row_ids, step: int, sampling: Sampling, n: int, desc: str
+        self,
+        rows: list[dict],
+        row_ids: list[int],
+        seed_step: int,
+        sampling: Sampling,
+        n: int,
+        description: str,
     ) -> list[Trajectory]:
+        parts, rollout = self.parts, self.config.rollout
         return await rollout_groups(
-            rows, row_ids, self.c.make_env, self.c.engine, self.c.template,
-            n=n, seed=self.config.trainer.seed, sampling_seed=self.config.trainer.seed * 100_003 + step,
-            budgets=self.c.budgets, sampling=sampling, description=desc,
+            rows, row_ids, parts.make_env, parts.engine, parts.template,
+            n=n, seed=self.config.trainer.seed, sampling_seed=self.config.trainer.seed * 100_003 + seed_step,
+            budgets=rollout.budgets(), sampling=sampling, max_infra_retries=rollout.max_infra_retries,
+            description=description,
         )  # fmt: skip
 
     async def _train_rollout(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
-        """Rollout groups for this step; with dynamic sampling, keep only groups with reward spread.
+        """Rollout groups for step `step`; with dynamic sampling, keep only groups with reward spread.
 
         Dynamic sampling (DAPO) draws extra batches from a second deterministic order until
         `data.train_batch_size` groups with reward spread are kept or the round limit is hit.
         """
-        rollout, filter_groups = self.config.rollout, self.config.algorithm.filter_groups
+        filter_groups = self.config.algorithm.filter_groups
         wanted = self.config.data.train_batch_size
         num_rounds = filter_groups.max_num_gen_batches if filter_groups.enable else 1
         trajectories: list[Trajectory] = []
         metrics: dict[str, float] = {}
         for attempt in range(num_rounds):
             if attempt == 0:
-                rows, row_ids = self.c.sampler.batch(step)
+                rows, row_ids = self.parts.sampler.batch(step - 1)
             else:
-                rows, row_ids = self.c.extra_sampler.batch(step * num_rounds + attempt)
+                rows, row_ids = self.parts.extra_sampler.batch((step - 1) * num_rounds + attempt)
             kept_ids = {t.group_id for t in trajectories}
             fresh = [
                 (row, row_id) for row, row_id in zip(rows, row_ids, strict=True) if row_id not in kept_ids
             ]
             batch = await self._rollout(
                 [row for row, _ in fresh], [row_id for _, row_id in fresh],
-                step * 1000 + attempt, self.c.train_sampling, rollout.n, f"step {step} rollout",
+                (step - 1) * 1000 + attempt, self.config.rollout.sampling(), self.config.rollout.n,
+                f"step {step} rollout",
             )  # fmt: skip
             if attempt == 0:
                 metrics = rollout_metrics(batch)
-            trajectories += _drop_zero_spread_groups(batch) if filter_groups.enable else batch
+            trajectories += self._drop_zero_spread_groups(batch) if filter_groups.enable else batch
             if len({t.group_id for t in trajectories}) >= wanted:
                 break
+        kept_groups = list(dict.fromkeys(t.group_id for t in trajectories))[:wanted]
         metrics["rollout/num_gen_batches"] = float(attempt + 1)
-        kept_groups = set(list(dict.fromkeys(t.group_id for t in trajectories))[:wanted])
-        return [t for t in trajectories if t.group_id in kept_groups], metrics
+        metrics["rollout/num_kept_groups"] = float(len(kept_groups))
+        return [t for t in trajectories if t.group_id in set(kept_groups)], metrics
 
     async def evaluate(self, step: int) -> dict[str, float]:
         val = self.config.rollout.val_kwargs
-        sampling = Sampling(temperature=val.temperature, top_p=val.top_p)
-        rows = self.c.val_rows
-        trajectories = await self._rollout(rows, list(range(len(rows))), -1, sampling, val.n, "eval")
+        rows = self.parts.val_rows
+        trajectories = await self._rollout(rows, list(range(len(rows))), -1, val.sampling(), val.n, "eval")
         metrics = rollout_metrics(trajectories, prefix="val/")
         metrics["val/num_problems"] = float(len(rows))
-        dump_trajectories(self.c.run_dir / "rollouts" / f"val_step_{step}.jsonl", trajectories)
+        dump_trajectories(self.parts.run_dir / "rollouts" / f"val_step_{step}.jsonl", trajectories)
         return metrics
 
-    async def train_step(self, step: int, timer: StepTimer) -> dict[str, float]:
-        c, config = self.c, self.config
+    def trains_on(self, trajectory: Trajectory) -> bool:
+        """Errors, time truncations (unless kept by config) and empty responses never reach the loss."""
+        if trajectory.status.is_error or not any(trajectory.loss_mask):
+            return False
+        return not (trajectory.status is Status.TRUNCATED_TIME and self.config.rollout.exclude_time_truncated)
+
+    async def train_step(self, step: int, timer: StepTimer) -> tuple[dict[str, float], list[Trajectory]]:
+        """One step: its metrics, and its trajectories (advantages set on those trained on)."""
+        parts, config = self.parts, self.config
         with timer.stage("rollout"):
             trajectories, metrics = await self._train_rollout(step)
-        num_tokens = sum(len(t.prompt_ids) + len(t.response_ids) for t in trajectories)
-        metrics["perf/rollout_tokens"] = float(num_tokens)
+        metrics["perf/rollout_tokens"] = float(
+            sum(len(t.prompt_ids) + len(t.response_ids) for t in trajectories)
+        )
+        trainable = [t for t in trajectories if self.trains_on(t)]
+        metrics["rollout/excluded_frac"] = 1 - len(trainable) / len(trajectories) if trajectories else 0.0
+        if trainable:
+            advantages = compute_advantages(config.algorithm, *_group_tensors(trainable))
+            for trajectory, advantage in zip(trainable, advantages.tolist(), strict=True):
+                trajectory.advantage = advantage
         if config.trainer.dump_rollouts:
-            dump_trajectories(c.run_dir / "rollouts" / f"step_{step}.jsonl", trajectories)
-        if all(t.status.is_error for t in trajectories):
+            dump_trajectories(parts.run_dir / "rollouts" / f"step_{step}.jsonl", trajectories)
+        if not trainable:
             # Nothing to learn from (every episode failed, or dynamic sampling kept no group).
             metrics["actor/skipped_update"] = 1.0
-            return metrics
-        advantages = compute_advantages(config.algorithm, *_group_tensors(trajectories))
-        batch = build_train_batch(trajectories, advantages, c.pad_token_id)
+            return metrics, trajectories
+        assert all(t.policy_version == step - 1 for t in trainable), "sync rollout sampled stale weights"
+        batch = build_train_batch(trainable, advantages, parts.pad_token_id)
         with timer.stage("old_logprob"):
-            batch.old_logprobs, _ = c.actor.compute_logprobs(batch)
-        if c.reference is not None:
+            batch.old_logprobs, _ = parts.actor.compute_logprobs(batch)
+        metrics.update(_logprob_gap(batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask))
+        if parts.reference is not None:
             with timer.stage("ref"):
-                batch.ref_logprobs, _ = c.reference.compute_logprobs(batch)
+                batch.ref_logprobs, _ = parts.reference.compute_logprobs(batch)
         with timer.stage("update"):
-            metrics.update(c.actor.update(batch))
+            metrics.update(parts.actor.update(batch))
         with timer.stage("weight_sync"):
-            await c.engine.update_weights(c.actor.full_state_dict(), version=step + 1)
-        return metrics
+            await parts.engine.update_weights(parts.actor.full_state_dict(), version=step)
+        return metrics, trajectories
+
+    def _due(self, step: int, every: int) -> bool:
+        return (every > 0 and step % every == 0) or step == self.config.trainer.total_training_steps
 
     async def fit(self) -> dict[str, float]:
         """Train to total_training_steps; returns the last evaluation's metrics."""
-        trainer, c = self.config.trainer, self.c
-        start_step = 0
-        if trainer.resume == "auto" and (restored := load_latest_checkpoint(c.run_dir, c.actor)) is not None:
-            start_step = restored[0]
-            await c.engine.update_weights(c.actor.full_state_dict(), version=start_step)
-            print(f"resumed from {c.run_dir} at step {start_step}", flush=True)
-        self.logger.discard_after(start_step if start_step else None)
+        trainer, parts = self.config.trainer, self.parts
+        last_step = 0
+        if (
+            trainer.resume == "auto"
+            and (restored := load_latest_checkpoint(parts.run_dir, parts.actor)) is not None
+        ):
+            last_step = restored[0]
+            await parts.engine.update_weights(parts.actor.full_state_dict(), version=last_step)
+            print(f"resumed from {parts.run_dir} at step {last_step}", flush=True)
+        logger = MetricsLogger(parts.run_dir, self.config, resumed=last_step > 0)
+        logger.discard_after(last_step)
         final_metrics: dict[str, float] = {}
-        if trainer.val_before_train and start_step == 0:
-            final_metrics = await self.evaluate(0)
-            self.logger.log(0, final_metrics)
-        for step in range(start_step, trainer.total_training_steps):
-            timer = StepTimer()
-            with timer.stage("step"):
-                metrics = await self.train_step(step, timer)
-                done = step + 1
-                if (
-                    trainer.test_freq and done % trainer.test_freq == 0
-                ) or done == trainer.total_training_steps:
-                    with timer.stage("eval"):
-                        final_metrics = await self.evaluate(done)
-                    metrics.update(final_metrics)
-                if (
-                    trainer.save_freq and done % trainer.save_freq == 0
-                ) or done == trainer.total_training_steps:
-                    with timer.stage("save_checkpoint"):
-                        save_checkpoint(
-                            c.run_dir, done, c.actor, {"step": done}, keep=trainer.max_checkpoints_to_keep
-                        )
-            metrics.update(timer.seconds)
-            metrics["perf/throughput"] = metrics["perf/rollout_tokens"] / timer.seconds["timing_s/rollout"]
-            self.logger.log(done, metrics)
-        c.actor.save_hf(c.run_dir / "hf_model")
-        self.logger.close()
+        try:
+            if trainer.val_before_train and last_step == 0:
+                final_metrics = await self.evaluate(0)
+                logger.log(0, final_metrics)
+            for step in range(last_step + 1, trainer.total_training_steps + 1):
+                timer = StepTimer()
+                with timer.stage("step"):
+                    metrics, trajectories = await self.train_step(step, timer)
+                    if self._due(step, trainer.test_freq):
+                        with timer.stage("eval"):
+                            final_metrics = await self.evaluate(step)
+                        metrics.update(final_metrics)
+                metrics.update(timer.seconds)
+                metrics["perf/throughput"] = (
+                    metrics["perf/rollout_tokens"] / timer.seconds["timing_s/rollout"]
+                )
+                logger.log(step, metrics)
+                self.health.check(step, metrics, trajectories)
+                if self._due(step, trainer.save_freq):
+                    save_checkpoint(
+                        parts.run_dir, step, parts.actor, {"step": step}, keep=trainer.max_checkpoints_to_keep
+                    )
+            parts.actor.save_hf(parts.run_dir / "hf_model")
+        finally:
+            logger.close()
         return final_metrics
+
+    @staticmethod
+    def _drop_zero_spread_groups(trajectories: list[Trajectory]) -> list[Trajectory]:
+        flat = {int(g) for g in zero_spread_groups(*_group_tensors(trajectories))}
+        return [t for t in trajectories if t.group_id not in flat]
 
 
 def _group_tensors(trajectories: list[Trajectory]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rewards [N], group ids [N] and validity [N] (False for error statuses) of the trajectories."""
-    rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)
+    """Rewards [N] (float64), group ids [N] and validity [N] (False for error statuses)."""
+    rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float64)
     group_ids = torch.tensor([t.group_id for t in trajectories])
     valid = torch.tensor([not t.status.is_error for t in trajectories])
     return rewards, group_ids, valid
 
 
-def _drop_zero_spread_groups(trajectories: list[Trajectory]) -> list[Trajectory]:
-    flat = {int(g) for g in zero_spread_groups(*_group_tensors(trajectories))}
-    return [t for t in trajectories if t.group_id not in flat]
+def _logprob_gap(
+    trainer_logprobs: torch.Tensor,  # [B, T]
+    rollout_logprobs: torch.Tensor,  # [B, T]
+    loss_mask: torch.Tensor,  # [B, T]
+) -> dict[str, float]:
+    """How far the engine's sampled-token logprobs are from the trainer's on the same weights."""
+    gap = (trainer_logprobs - rollout_logprobs)[loss_mask.bool()].abs()
+    if gap.numel() == 0:
+        return {}
+    return {"rollout/logprob_diff_mean": gap.mean().item(), "rollout/logprob_diff_max": gap.max().item()}

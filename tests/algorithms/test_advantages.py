@@ -81,3 +81,25 @@ def test_mismatched_shapes_are_rejected_with_the_shapes_named():
 def test_unknown_config_keys_are_rejected():
     with pytest.raises(ValueError, match="adv_estimatr"):
         AlgorithmConfig.model_validate({"adv_estimatr": "grpo"})
+
+
+@pytest.mark.parametrize(("reward", "size"), [(0.1, 16), (0.7, 16), (1 / 3, 12)])
+@pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "rloo"])
+def test_a_group_whose_rewards_are_all_equal_gets_exactly_zero_advantages(reward, size, estimator):
+    rewards = torch.full((size + 2,), reward, dtype=torch.float64)
+    rewards[-2:] = torch.tensor([0.0, 1.0], dtype=torch.float64)  # a second group with spread
+    group_ids = torch.tensor([0] * size + [1, 1])
+    valid = torch.ones(size + 2, dtype=torch.bool)
+    if estimator == "rloo":
+        advantages = rloo_advantages(rewards, group_ids, valid)
+    else:
+        advantages = grpo_advantages(rewards, group_ids, valid, norm_by_std=estimator == "grpo")
+    assert advantages[:size].tolist() == [0.0] * size
+    assert advantages[-2:].abs().min() > 0
+
+
+def test_an_invalid_member_does_not_give_an_otherwise_unanimous_group_spread():
+    rewards = torch.tensor([0.7, 0.7, 0.0])
+    valid = torch.tensor([True, True, False])
+    advantages = grpo_advantages(rewards, torch.zeros(3, dtype=torch.long), valid, norm_by_std=True)
+    assert advantages.tolist() == [0.0, 0.0, 0.0]

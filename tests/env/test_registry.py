@@ -4,7 +4,6 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from agentrl.env import TextEnv, make, register, registered_ids, registry
-from agentrl.env.registry import entry_points_from_pyproject
 from tests.env.scripted_envs import SyncCountdown
 
 
@@ -87,14 +86,3 @@ def test_registering_an_id_again_replaces_it(isolated_registry):
     register("countdown", SyncCountdown)
     register("countdown", Other)
     assert type(make("countdown")) is Other
-
-
-def test_entry_points_are_read_from_a_source_checkouts_pyproject(tmp_path):
-    pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text(
-        '[project]\nname = "agentrl"\n'
-        '[project.entry-points."agentrl.envs"]\nmath = "envs.math:MathEnv"\n'
-        '[project.entry-points."other.group"]\nx = "y:Z"\n'
-    )
-    assert entry_points_from_pyproject(pyproject) == {"math": "envs.math:MathEnv"}
-    assert entry_points_from_pyproject(tmp_path / "absent.toml") == {}

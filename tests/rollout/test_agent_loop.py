@@ -72,7 +72,7 @@ def test_a_slow_env_step_truncates_by_time(tokenizer, template):
     budgets = Budgets(4, 16, 512, step_timeout_s=0.2, episode_timeout_s=20)
     trajectory = episode(GuessEnv(step_sleep_s=1.0), ScriptedEngine(tokenizer, ["7"]), template, budgets)
     assert trajectory.status is Status.TRUNCATED_TIME
-    assert "step_timeout_s" in trajectory.info["timeout"]
+    assert "step_timeout_s" in trajectory.info["truncation"]
 
 
 def test_the_episode_timeout_keeps_the_turns_completed_so_far(tokenizer, template):

@@ -1,0 +1,107 @@
+"""Rollout stage settings: group size, sampling, episode budgets and what happens to failures.
+
+`RolloutConfig` is the `rollout` section of the config; the agent loop takes the two values it
+builds, `Budgets` and `Sampling`, so each knob has one home and one default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Limits on one episode; exceeding any of them truncates it with a named status."""
+
+    max_turns: int
+    max_new_tokens_per_turn: int
+    max_tokens_per_episode: int  # prompt + response
+    step_timeout_s: float  # one env reset/step call
+    episode_timeout_s: float  # the whole episode
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Per-turn sampling settings (the token budget comes from Budgets)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1  # -1: no top-k filtering
+
+
+class ValKwargs(BaseModel):
+    """Sampling for held-out evaluation (verl's `rollout.val_kwargs`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(0.0, ge=0.0, description="0 = greedy")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    n: int = Field(1, gt=0, description="samples per held-out prompt")
+
+    def sampling(self) -> Sampling:
+        return Sampling(temperature=self.temperature, top_p=self.top_p)
+
+
+class RolloutConfig(BaseModel):
+    """How trajectories are sampled: group size, sampling, budgets and failure handling."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(8, gt=0, description="trajectories per prompt (group size)")
+    temperature: float = Field(1.0, description="sampling temperature for training; must be > 0")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling; < 1 truncates the distribution")
+    top_k: int = Field(-1, description="-1 disables top-k; > 0 truncates the distribution")
+    max_turns: int = Field(8, gt=0, description="assistant turns per episode (the env usually ends it first)")
+    max_new_tokens_per_turn: int = Field(64, gt=0, description="tokens the model may generate in one turn")
+    max_tokens_per_episode: int = Field(512, gt=0, description="prompt + response tokens of one episode")
+    step_timeout_s: float = Field(60.0, gt=0, description="limit on one env reset/step call")
+    episode_timeout_s: float = Field(600.0, gt=0, description="limit on one whole episode")
+    max_infra_retries: int = Field(
+        2, ge=0, description="reruns (same task and seed) of an episode that ended engine_error/sandbox_error"
+    )
+    exclude_time_truncated: bool = Field(
+        True, description="keep truncated_time episodes (a slow env or engine) out of the loss"
+    )
+    val_kwargs: ValKwargs = Field(default_factory=ValKwargs)
+
+    @field_validator("temperature")
+    @classmethod
+    def _samples(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError(
+                f"rollout.temperature={value}: training needs sampling (temperature > 0), and the "
+                "loss uses logprobs at this temperature; for greedy evaluation set "
+                "rollout.val_kwargs.temperature=0"
+            )
+        return value
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k_is_off_or_positive(cls, value: int) -> int:
+        if value == 0 or value < -1:
+            raise ValueError(f"rollout.top_k={value}: use -1 to disable top-k, or a positive k")
+        return value
+
+    def budgets(self) -> Budgets:
+        return Budgets(
+            max_turns=self.max_turns,
+            max_new_tokens_per_turn=self.max_new_tokens_per_turn,
+            max_tokens_per_episode=self.max_tokens_per_episode,
+            step_timeout_s=self.step_timeout_s,
+            episode_timeout_s=self.episode_timeout_s,
+        )
+
+    def sampling(self) -> Sampling:
+        return Sampling(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
+
+    def truncation_warning(self) -> str | None:
+        """Why the sampled distribution differs from the one the loss scores, or None."""
+        if self.top_p < 1 or self.top_k > 0:
+            return (
+                f"rollout.top_p={self.top_p}, rollout.top_k={self.top_k} truncate the sampled "
+                "distribution: rollout logprobs are of the full softmax, so the behaviour policy "
+                "differs from the one the loss assumes"
+            )
+        return None

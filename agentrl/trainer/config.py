@@ -1,0 +1,36 @@
+"""Training-loop settings: run directory, step counts, evaluation, checkpoints, logging, error limits."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TrainerConfig(BaseModel):
+    """What the training loop runs, where it writes, and when it gives up on a failing env."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project_name: str = Field("agentrl", description="Weights & Biases project")
+    experiment_name: str = Field("run", description="names the run dir runs/<experiment_name>")
+    run_dir: str | None = Field(None, description="default: runs/<experiment_name>")
+    total_training_steps: int = Field(20, ge=0)
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="policy workers' device")
+    save_freq: int = Field(10, ge=0, description="checkpoint every N steps (0: only at the end)")
+    test_freq: int = Field(0, ge=0, description="evaluate every N steps (0: only at the end)")
+    val_before_train: bool = Field(True, description="evaluate before the first step")
+    resume: Literal["auto", "disable"] = Field(
+        "auto", description="auto: continue from the run dir's latest checkpoint"
+    )
+    max_checkpoints_to_keep: int = Field(2, gt=0)
+    logger: list[Literal["console", "wandb"]] = Field(default_factory=lambda: ["console", "wandb"])
+    dump_rollouts: bool = Field(True, description="write each step's trajectories to rollouts/step_N.jsonl")
+    num_threads: int = Field(0, ge=0, description="torch CPU threads (0: torch's default)")
+    max_error_frac: float = Field(
+        0.5, ge=0, le=1, description="warn when more than this fraction of a step's episodes failed"
+    )
+    max_error_steps: int = Field(
+        3, ge=1, description="stop the run after this many consecutive steps above max_error_frac"
+    )
