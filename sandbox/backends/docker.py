@@ -3,7 +3,7 @@
 A session holds one container. Closing it empties the container (kills every process, clears
 /work and /tmp) and returns it to the pool, or recycles it (removes it and starts a fresh one in
 the background) after `recycle_after` runs or at once after anything suspicious: a timeout, a
-memory kill, a process left behind, a write outside its tmpfs mounts. Containers are labelled
+memory kill, a process that survived the end of its run, a write outside its tmpfs mounts. Containers are labelled
 with the owning server's host and pid, so those of a crashed server are collected at start-up.
 """
 

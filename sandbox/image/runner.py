@@ -52,8 +52,6 @@ MAX_OPEN_FILES = 256
 # POSIX message queue bytes per uid, the kernel's default: nine queues of default size.
 MAX_QUEUE_BYTES = 819200
 READ_CHUNK = 65536
-STRAY_CHECKS = 5
-STRAY_CHECK_INTERVAL_S = 0.005
 PR_SET_DUMPABLE = 4
 
 
@@ -98,16 +96,6 @@ def other_processes():
             if state != "Z":
                 pids.append(int(name))
     return pids
-
-
-def has_strays():
-    """Whether processes outlived the program. A process killed a moment ago may still be
-    exiting, so look again briefly before calling it a stray."""
-    for _ in range(STRAY_CHECKS):
-        if not other_processes():
-            return False
-        time.sleep(STRAY_CHECK_INTERVAL_S)
-    return True
 
 
 def kill_everything_else():
@@ -282,7 +270,7 @@ def run(argv, stdin, limits):
         return _exec_failure(argv, error, time.monotonic() - start)
     pump = Pump(process, stdin, limits["max_output_bytes"])
     deadline = start + limits["wall_time_s"]
-    status, timed_out, strays = None, False, False
+    status, timed_out = None, False
     while pump.is_open():
         now = time.monotonic()
         if status is None and (now >= deadline or pump.output_exceeded):
@@ -291,8 +279,10 @@ def run(argv, stdin, limits):
         if pump.step(max(0.0, deadline - now)):
             status = os.wait4(process.pid, 0)[1]
             process.returncode = status  # reaped here: Popen must never wait on this pid again
-            strays = has_strays()
-            kill_everything_else()  # so that pipes held by strays reach EOF
+            # The run ends with its program, as a bwrap jail's PID namespace does: whatever it
+            # left running (a daemon, or a helper that would exit by itself a moment later, such
+            # as multiprocessing's resource tracker) is killed now, so pipes it holds reach EOF.
+            kill_everything_else()
     pump.close()
     kill_everything_else()
     wall_time_s = time.monotonic() - start
@@ -302,7 +292,11 @@ def run(argv, stdin, limits):
     cpu_time_s = (usage_after.ru_utime - usage_before.ru_utime) + (
         usage_after.ru_stime - usage_before.ru_stime
     )
-    suspicious = strays or left_ipc_objects or not _other_writable_dirs_empty()
+    # Leftover processes were killed and reaped above, which leaves nothing of them: no reason to
+    # recycle the container. What is: a process that survived the kill, files outside the scratch
+    # dirs, IPC objects the run left (removed, but they reached past the run's own files).
+    survivors = bool(other_processes())
+    suspicious = survivors or left_ipc_objects or not _other_writable_dirs_empty()
     return _result(status, pump, limits, wall_time_s, cpu_time_s, timed_out, suspicious, oom_before)
 
 

@@ -6,12 +6,17 @@ helper) survives, no session dir or mount is left, and a file outside the jail i
 
 from __future__ import annotations
 
+import fcntl
+import os
 import socket
+import tempfile
 import time
 from pathlib import Path
 
+import docker
 import pytest
 
+from sandbox.backends.docker_container import INSTANCE_LABEL
 from sandbox.executor import Executor
 from sandbox.types import (
     AssertTest,
@@ -31,8 +36,6 @@ LIMITS = RunLimits(time_s=2, memory_mb=256, max_output_bytes=64 << 10)
 SENTINEL_TEXT = "untouched"
 SECRET_ENV = "SANDBOX_REDTEAM_SECRET"
 SECRET_VALUE = "hunter2-4d1c9e"
-# The issue asks for 10,000 runs; measured here: about 25 ms per bwrap run, 13 ms per docker run.
-NUM_SEQUENTIAL_RUNS = {"bwrap": 10_000, "docker": 10_000}
 
 
 def _plain(code: str, stdin: str = "") -> RunRequest:
@@ -119,6 +122,27 @@ async def test_a_double_forked_daemon_dies_with_the_run(executor: Executor) -> N
     )
     response = await _run(executor, code)
     assert (response.verdict, response.run.stdout) == (Verdict.AC, "parent done\n")
+
+
+# multiprocessing starts a resource tracker that exits on its own a moment after the program.
+SHARED_MEMORY_AND_POOL = (
+    "import multiprocessing\n"
+    "from multiprocessing import shared_memory\n"
+    "if __name__ == '__main__':\n"
+    "    with multiprocessing.Pool(2) as pool:\n        print(pool.map(abs, [-1, -2, 3]))\n"
+    "    block = shared_memory.SharedMemory(create=True, size=8)\n"
+    "    block.buf[0] = 7\n    print(block.buf[0])\n    block.close()\n    block.unlink()\n"
+)
+
+
+async def test_a_program_using_shared_memory_and_a_pool_is_accepted_without_recycling(
+    executor: Executor, backend_name: str
+) -> None:
+    recycled_before = executor.backend.stats.num_recycled if backend_name == "docker" else 0
+    response = await _run(executor, SHARED_MEMORY_AND_POOL)
+    assert (response.verdict, response.run.stdout) == (Verdict.AC, "[1, 2, 3]\n7\n")
+    if backend_name == "docker":  # the helper was killed with the run: nothing to recycle for
+        assert executor.backend.stats.num_recycled == recycled_before
 
 
 @pytest.mark.parametrize(
@@ -442,11 +466,59 @@ async def test_invalid_utf8_and_nul_bytes_in_output_come_back_replaced(executor:
     assert RunResponse.model_validate_json(response.model_dump_json()) == response
 
 
-async def test_many_sequential_runs_leave_nothing_behind(executor: Executor, backend_name: str) -> None:
-    num_runs = NUM_SEQUENTIAL_RUNS[backend_name]
+# Every run leaves traces that must not reach the next one: files in /work and /tmp, a SysV
+# shared memory segment and, every tenth run, a detached daemon. It prints what it found first.
+LEAVE_TRACES = f"""
+import ctypes, os
+seen = (sorted(os.listdir('/work')), os.listdir('/tmp'), len(open('/proc/sysvipc/shm').readlines()) - 1)
+open('/work/left', 'w').write('x')
+open('/tmp/left', 'w').write('x')
+ctypes.CDLL(None).shmget(0x5EED, 4096, 0o1600)
+if {{index}} % 10 == 0 and os.fork() == 0:
+    os.setsid()
+    os.execvp('python3', ['python3', '-c', 'import time; time.sleep(100)', '{DAEMON_TAG}'])
+print({{index}}, *seen)
+"""
+
+
+def _held_test_uids(jail_root: Path) -> list[int]:
+    """Test uids whose machine-wide lock is still held (flock conflicts across open files)."""
+    held = []
+    for uid in range(TEST_UID_BASE, TEST_UID_BASE + TEST_NUM_UIDS):
+        path = Path(tempfile.gettempdir()) / "sandbox-bwrap-uids" / f"{uid}.lock"
+        if not path.exists():
+            continue
+        with path.open("rb") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.append(uid)
+    return held
+
+
+def _test_uid_cgroups() -> list[str]:
+    """Session cgroups that a test uid may join (their cgroup.procs belong to it)."""
+    uids = range(TEST_UID_BASE, TEST_UID_BASE + TEST_NUM_UIDS)
+    procs_files = Path("/sys/fs/cgroup").glob("**/sandbox-bwrap/*/cgroup.procs")
+    return [str(path.parent) for path in procs_files if path.stat().st_uid in uids]
+
+
+@pytest.mark.slow
+async def test_many_sequential_runs_leave_nothing_behind(
+    executor: Executor, backend_name: str, jail_root: Path
+) -> None:
+    """Volume: SANDBOX_SOAK_RUNS runs (300 by default; the README's soak command runs 10,000)."""
+    num_runs = int(os.environ.get("SANDBOX_SOAK_RUNS", "300"))
     started = time.monotonic()
     for index in range(num_runs):
-        response = await executor.run(_plain(f"print({index})"))
-        assert (response.verdict, response.run.stdout) == (Verdict.AC, f"{index}\n")
+        response = await executor.run(_plain(LEAVE_TRACES.format(index=index)))
+        assert (response.verdict, response.run.stdout) == (Verdict.AC, f"{index} ['main.py'] [] 0\n")
     elapsed = time.monotonic() - started
     print(f"{backend_name}: {num_runs} sequential runs, {1000 * elapsed / num_runs:.1f} ms per run")
+    assert _held_test_uids(jail_root) == []
+    assert _test_uid_cgroups() == []
+    if backend_name == "docker":
+        containers = docker.from_env().containers.list(
+            all=True, filters={"label": f"{INSTANCE_LABEL}={executor.backend.instance_id}"}
+        )
+        assert len(containers) <= executor.backend.config.pool_size
