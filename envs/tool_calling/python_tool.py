@@ -1,0 +1,69 @@
+"""Environment stage (tool_calling): the `python` tool, run in the project's sandbox.
+
+The program runs once in a jail (`sandbox.executor.Executor`, backend named by the env's
+kwargs) and the model reads what it printed. The executor is async, so a running program never
+blocks the event loop that steps other episodes. A program that fails is the model's doing and
+comes back as text; a sandbox that cannot run it (verdict SANDBOX_ERROR) raises `InfraError`.
+
+Executors are shared per (backend, event loop): a warm Docker pool or bwrap set-up serves every
+episode of a process instead of one per episode, and asyncio objects stay on their own loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+
+from pydantic import Field
+
+from agentrl.env import InfraError
+from envs.tool_calling.tools import ToolTimeoutError
+from sandbox.executor import Executor
+from sandbox.types import Language, RunLimits, RunRequest, Verdict
+
+OUTPUT_LIMIT_CHARS = 2000  # of stdout/stderr shown to the model; more only costs context
+
+_executors: dict[tuple[str, int], Executor] = {}
+_executors_lock = asyncio.Lock()
+
+
+async def shared_executor(backend: str) -> Executor:
+    """The executor of `backend` for the running event loop, created on first use."""
+    key = (backend, id(asyncio.get_running_loop()))
+    async with _executors_lock:
+        if key not in _executors:
+            _executors[key] = await Executor.create(backend)
+        return _executors[key]
+
+
+async def close_shared_executors() -> None:
+    """Close the executors created on the running event loop (e.g. at the end of a test)."""
+    loop_id = id(asyncio.get_running_loop())
+    for key in [key for key in _executors if key[1] == loop_id]:
+        await _executors.pop(key).close()
+
+
+def make_python_tool(backend: str = "auto", time_limit_s: float = 5.0) -> Callable[[str], Awaitable[str]]:
+    """The `python` tool function, running programs on `backend` for at most `time_limit_s` CPU seconds."""
+
+    async def python(
+        code: Annotated[str, Field(description="a whole program that print()s the result")],
+    ) -> str:
+        """Run a Python 3 program; returns what it printed (stdout, then stderr if any)."""
+        executor = await shared_executor(backend)
+        request = RunRequest(language=Language.PYTHON, code=code, limits=RunLimits(time_s=time_limit_s))
+        response = await executor.run(request)
+        if response.verdict is Verdict.SANDBOX_ERROR:
+            raise InfraError(f"the python sandbox ({backend}) failed: {response.sandbox_error}")
+        if response.verdict is Verdict.TLE:
+            raise ToolTimeoutError(f"the program ran past its {time_limit_s:g} s CPU limit")
+        run = response.run
+        output = run.stdout[-OUTPUT_LIMIT_CHARS:]
+        if run.stderr:
+            output += ("\n" if output else "") + run.stderr[-OUTPUT_LIMIT_CHARS:]
+        if response.verdict is not Verdict.AC:
+            output += f"\n(exit: {response.verdict.value}{'' if run.exit_code is None else f', code {run.exit_code}'})"
+        return output or "(no output)"
+
+    return python
