@@ -1,0 +1,205 @@
+"""Environment stage: the code env, a program in a fenced block judged by the project's sandbox.
+
+`reset(options=row)` takes a row whose `reward_model.ground_truth` is a code task (see
+`task.py`); without a row it draws a seeded synthetic task. Each `step` is one attempt: the
+reply's last fenced code block runs against the visible and hidden tests in one sandbox request.
+The episode ends when the visible tests pass or the turns are used up; only then is there a
+reward, the hidden tests' score (fraction passed or all-or-nothing) plus an optional format
+term. Before that, a failed attempt gets the first failing visible test as feedback, and a reply
+without a code block gets format feedback.
+
+A sandbox that fails (a SANDBOX_ERROR verdict, a server that stays unreachable after the
+client's retries) raises `agentrl.env.InfraError`: an outage is never scored as the program's
+failure. The env is async-native; sandbox runners are shared per event loop (`runners.py`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agentrl.env import InfraError, Message, StepResult, TextEnv
+from envs.code_sandbox import runners, synthetic
+from envs.code_sandbox.feedback import extract_code, failure_feedback, format_feedback
+from envs.code_sandbox.task import DEFAULT_NUM_VISIBLE, CodeTask, parse_ground_truth
+from sandbox.types import RunRequest, RunResponse, Verdict
+
+REWARD_MODES = ("fraction", "all_or_nothing")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One judged reply."""
+
+    has_code: bool
+    visible_passed: bool  # every visible test passed (vacuously when the task has none)
+    hidden_pass_rate: float  # fraction of hidden tests passed; 0.0 without code
+    feedback: str  # what the model is told if the episode goes on
+
+
+class CodeSandboxEnv(TextEnv):
+    """Write a program; fix it from the visible tests' verdicts; be rewarded by the hidden ones.
+
+    Args:
+        max_turns: replies allowed per episode; keep `rollout.max_turns` at least this large.
+        reward_mode: "fraction" of hidden tests passed, or "all_or_nothing".
+        format_reward: added to the final reward when the final reply has a code block.
+        backend: sandbox jail run in this process: "auto" (Docker if an engine answers, else
+            bubblewrap), "docker" or "bwrap". Unused when `sandbox_url` is set.
+        sandbox_url: judge on a running `python -m sandbox.server` instead, with the client's
+            retries; `sandbox_token` is its bearer token.
+        max_concurrency: sandbox requests in flight at once, shared by every env of the process.
+        num_visible: for rows in verl's test-case layout, how many cases are also shown as feedback.
+        synthetic_difficulty: difficulty of the task drawn when reset gets no row.
+    """
+
+    def __init__(
+        self,
+        max_turns: int = 1,
+        reward_mode: Literal["fraction", "all_or_nothing"] = "fraction",
+        format_reward: float = 0.0,
+        backend: Literal["auto", "docker", "bwrap"] = "auto",
+        sandbox_url: str | None = None,
+        sandbox_token: str | None = None,
+        max_concurrency: int | None = None,
+        num_visible: int = DEFAULT_NUM_VISIBLE,
+        synthetic_difficulty: int = 1,
+    ) -> None:
+        super().__init__()
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be an integer >= 1, got {max_turns!r}")
+        if reward_mode not in REWARD_MODES:
+            raise ValueError(f"reward_mode must be one of {list(REWARD_MODES)}, got {reward_mode!r}")
+        if not isinstance(format_reward, int | float) or not math.isfinite(format_reward):
+            raise ValueError(f"format_reward must be a finite number (e.g. 0.1), got {format_reward!r}")
+        if not isinstance(num_visible, int) or num_visible < 0:
+            raise ValueError(f"num_visible must be an integer >= 0, got {num_visible!r}")
+        if synthetic_difficulty not in range(1, synthetic.MAX_DIFFICULTY + 1):
+            raise ValueError(
+                f"synthetic_difficulty must be 1..{synthetic.MAX_DIFFICULTY}, got {synthetic_difficulty!r}"
+            )
+        self.max_turns = max_turns
+        self.reward_mode = reward_mode
+        self.format_reward = float(format_reward)
+        self.num_visible = num_visible
+        self.synthetic_difficulty = synthetic_difficulty
+        self.runner_settings = runners.RunnerSettings(backend, sandbox_url, sandbox_token, max_concurrency)
+        self._runner: runners.SharedRunner | None = None
+        self._task: CodeTask | None = None
+        self._num_turns = 0
+        self._first_pass_rate = 0.0
+        self._done = False
+
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
+        self.seed_rng(seed)
+        row = options if options else self._synthetic_row()
+        messages, self._task = _task_from_row(row, self.num_visible)
+        self._num_turns, self._first_pass_rate, self._done = 0, 0.0, False
+        if self._runner is None:
+            try:
+                self._runner = await runners.lease(self.runner_settings)
+            except Exception as error:
+                raise InfraError(f"the sandbox could not start: {type(error).__name__}: {error}") from error
+        return messages, {"num_hidden_tests": len(self._task.hidden_tests)}
+
+    async def astep(self, action: str) -> StepResult:
+        if self._task is None or self._runner is None or self._done:
+            raise RuntimeError(
+                "CodeSandboxEnv.step called before reset or after the episode ended; reset first"
+            )
+        attempt = await self._judge(action)
+        self._num_turns += 1
+        if self._num_turns == 1:
+            self._first_pass_rate = attempt.hidden_pass_rate
+        self._done = attempt.visible_passed or self._num_turns >= self.max_turns
+        reward = self._reward(attempt) if self._done else 0.0
+        observation = [] if self._done else [{"role": "user", "content": attempt.feedback}]
+        info = {
+            "correct": attempt.hidden_pass_rate == 1.0,
+            "pass_rate_first_turn": self._first_pass_rate,
+            "pass_rate_last_turn": attempt.hidden_pass_rate,
+            "has_code_block": attempt.has_code,
+            "num_turns": self._num_turns,
+        }
+        return observation, reward, self._done, False, info
+
+    async def aclose(self) -> None:
+        await self._release(linger=True)
+
+    def close(self) -> None:
+        # The sync bridge's private loop closes right after this: release without lingering.
+        if self._runner is not None:
+            self._run_sync(self._release(linger=False))
+        super().close()
+
+    async def _release(self, linger: bool) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runners.release(runner, linger=linger)
+
+    async def _judge(self, reply: str) -> Attempt:
+        task = self._task
+        assert task is not None and self._runner is not None
+        code = extract_code(reply, task.language)
+        if code is None:
+            return Attempt(False, False, 0.0, format_feedback(task.language))
+        tests = [*task.visible_tests, *task.hidden_tests]
+        request = RunRequest(
+            language=task.language, code=code, tests=tests, entry_point=task.entry_point, limits=task.limits
+        )
+        response = await self._runner.run(request)
+        if response.verdict == Verdict.SANDBOX_ERROR:
+            raise InfraError(f"sandbox error: {response.sandbox_error}")
+        return _attempt(task, response)
+
+    def _reward(self, attempt: Attempt) -> float:
+        score = attempt.hidden_pass_rate
+        if self.reward_mode == "all_or_nothing":
+            score = float(score == 1.0)
+        return score + (self.format_reward if attempt.has_code else 0.0)
+
+    def _synthetic_row(self) -> dict[str, Any]:
+        # Drawn from np_random so that reset(seed=s) always poses the same task.
+        rng = random.Random(int(self.np_random.integers(2**63)))
+        return synthetic.make_row(rng, self.synthetic_difficulty, index=0, split="synthetic")
+
+
+def _attempt(task: CodeTask, response: RunResponse) -> Attempt:
+    """Split one response over visible and hidden tests (the request listed visible ones first)."""
+    num_visible = len(task.visible_tests)
+    if response.verdict == Verdict.CE:  # compiled languages only: nothing ran, every test failed
+        assert response.compile is not None, "a CE response carries the compiler's result"
+        first = task.visible_tests[0] if task.visible_tests else task.hidden_tests[0]
+        feedback = failure_feedback(first, response.compile, task.entry_point, task.language)
+        return Attempt(True, False, 0.0, feedback)
+    visible, hidden = response.tests[:num_visible], response.tests[num_visible:]
+    failing = next((i for i, result in enumerate(visible) if result.verdict != Verdict.AC), None)
+    feedback = ""
+    if failing is not None:
+        feedback = failure_feedback(
+            task.visible_tests[failing], visible[failing], task.entry_point, task.language
+        )
+    hidden_pass_rate = sum(result.verdict == Verdict.AC for result in hidden) / len(task.hidden_tests)
+    return Attempt(True, failing is None, hidden_pass_rate, feedback)
+
+
+def _task_from_row(row: dict[str, Any], num_visible: int) -> tuple[list[Message], CodeTask]:
+    """The opening messages and the task of a verl-layout row, with actionable errors."""
+    prompt = row.get("prompt")
+    if not isinstance(prompt, list) or not prompt:
+        raise ValueError(
+            "CodeSandboxEnv.reset options must be a dataset row whose 'prompt' is a non-empty list of "
+            f'{{"role", "content"}} messages, got {type(prompt).__name__}'
+        )
+    reward_model = row.get("reward_model")
+    if not isinstance(reward_model, dict) or reward_model.get("ground_truth") is None:
+        raise ValueError(
+            "CodeSandboxEnv.reset options must be a dataset row with 'reward_model': {'ground_truth': ...}, "
+            f"got reward_model={reward_model!r}"
+        )
+    return copy.deepcopy(prompt), parse_ground_truth(reward_model["ground_truth"], num_visible)
