@@ -1,0 +1,96 @@
+"""Reading run dirs, drawing plots and building token cells, without a browser."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import pytest
+from transformers import AutoTokenizer
+
+from agentrl.tiny_policy import DEFAULT_MODEL_PATH
+from agentrl.viewer import run_data
+from agentrl.viewer.plots import PLOTS, line_plot, series_for
+from agentrl.viewer.token_view import token_cells
+from tests.viewer.run_dirs import METRICS, write_run
+
+
+def test_a_folder_of_runs_lists_each_run_and_two_runs_of_one_name_get_distinct_ids(tmp_path):
+    write_run(tmp_path / "a" / "math")
+    write_run(tmp_path / "b" / "math")
+    (tmp_path / "a" / "notes").mkdir()
+    runs = run_data.discover_runs([tmp_path / "a", tmp_path / "b" / "math"])
+    assert [(r.run_id, r.path) for r in runs] == [
+        ("math", tmp_path / "a" / "math"),
+        ("b-math", tmp_path / "b" / "math"),
+    ]
+
+
+def test_a_metrics_line_still_being_written_is_skipped(run_dir):
+    with (run_dir / "metrics.jsonl").open("a") as handle:
+        handle.write('{"step": 3, "reward/me')
+    assert [m["step"] for m in run_data.read_metrics(run_data.Run("r", run_dir))] == [0, 1, 2]
+
+
+def test_rollout_files_are_ordered_by_step_with_train_before_val(run_dir):
+    (run_dir / "rollouts" / "val_step_1.jsonl").write_text("")
+    files = run_data.rollout_files(run_data.Run("r", run_dir))
+    assert [(f.step, f.split) for f in files] == [(0, "val"), (1, "train"), (1, "val")]
+
+
+def test_trajectories_carry_status_reward_advantage_and_sampled_token_counts(run_dir):
+    rollouts = run_data.rollout_file(run_data.Run("r", run_dir), 1, "train")
+    rows = [
+        (t.index, t.group_id, t.status, t.reward, t.advantage, t.num_turns)
+        for t in run_data.read_trajectories(rollouts)
+    ]
+    assert rows == [
+        (0, 7, "completed", 1.0, 0.7071, 1),
+        (1, 7, "truncated_turns", 0.0, -0.7071, 2),
+        (2, 9, "completed", 0.0, 0.0, 1),
+        (3, 9, "env_error", 0.0, None, 1),
+    ]
+
+
+def test_plot_series_follow_the_logged_steps_and_skip_statuses_that_never_happened():
+    reward = next(spec for spec in PLOTS if spec.title == "reward")
+    assert series_for(reward, METRICS) == {
+        "reward/mean": [(1.0, 0.25), (2.0, 0.5)],
+        "val/reward/mean": [(0.0, 0.25), (2.0, 0.5)],
+    }
+    statuses = next(spec for spec in PLOTS if spec.prefix == "rollout/status/")
+    metrics = [{"step": 1, "rollout/status/completed": 1.0, "rollout/status/env_error": 0.0}]
+    assert series_for(statuses, metrics) == {"completed": [(1.0, 1.0)]}
+
+
+def test_a_plot_has_one_line_and_one_tooltip_per_point():
+    svg = line_plot("reward", {"reward/mean": [(1.0, 0.0), (2.0, 1.0)]})
+    assert svg.count("<polyline") == 1
+    assert "<title>reward/mean at step 2: 1</title>" in svg
+    assert line_plot("empty", {}) == ""
+
+
+def test_token_cells_mark_prompt_sampled_and_observation_tokens():
+    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_PATH)
+    record = {
+        "prompt_ids": tokenizer.encode("Hi\n", add_special_tokens=False),
+        "response_ids": tokenizer.encode("4<|im_end|>ok", add_special_tokens=False),
+        "loss_mask": [1, 1, 0, 0],
+        "rollout_logprobs": [-3.0, -0.01, 0.0, 0.0],
+    }
+    cells = token_cells(record, tokenizer)
+    assert [(c.text, c.kind, c.logprob_bucket) for c in cells] == [
+        ("H", "prompt", 0), ("i", "prompt", 0), ("↵\n", "prompt", 0),
+        ("4", "sampled", 3), ("<|im_end|>", "sampled", 0), ("o", "observation", 0), ("k", "observation", 0),
+    ]  # fmt: skip
+    assert [c.text for c in token_cells(record, None)][:2] == [
+        f"[{record['prompt_ids'][0]}]",
+        f"[{record['prompt_ids'][1]}]",
+    ]
+
+
+def test_a_bad_filter_value_is_a_400_that_says_what_to_type(viewer):
+    with pytest.raises(urllib.error.HTTPError) as error:
+        urllib.request.urlopen(f"{viewer}/runs/math_run/train/1?min_reward=high")
+    assert error.value.code == 400
+    assert error.value.read().decode() == "min_reward must be a number (e.g. 0.5), got 'high'"
