@@ -10,7 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+import torch
 from transformers import AutoModelForCausalLM
+
+pytestmark = pytest.mark.slow  # each test trains in a subprocess
 
 TINY = [
     "data.train_batch_size=4",
@@ -51,7 +55,7 @@ def test_the_main_job_trains_two_steps_and_saves_a_loadable_policy(tmp_path):
     ):
         assert key in steps[1], key
     assert "val/accuracy" in steps[0] and "val/accuracy" in steps[2]
-    trajectory = json.loads((tmp_path / "rollouts" / "step_0.jsonl").read_text().splitlines()[0])
+    trajectory = json.loads((tmp_path / "rollouts" / "step_1.jsonl").read_text().splitlines()[0])
     assert (
         len(trajectory["response_ids"]) == len(trajectory["loss_mask"]) == len(trajectory["rollout_logprobs"])
     )
@@ -67,7 +71,7 @@ def test_the_multi_turn_math_mode_trains_with_feedback_turns_masked(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     trajectories = [
-        json.loads(line) for line in (tmp_path / "rollouts" / "step_0.jsonl").read_text().splitlines()
+        json.loads(line) for line in (tmp_path / "rollouts" / "step_1.jsonl").read_text().splitlines()
     ]
     retried = [t for t in trajectories if len(t["turns"]) == 2]
     assert retried, "no episode got a second attempt"
@@ -94,13 +98,18 @@ def test_dynamic_sampling_keeps_only_groups_with_reward_spread(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     trajectories = [
-        json.loads(line) for line in (tmp_path / "rollouts" / "step_0.jsonl").read_text().splitlines()
+        json.loads(line) for line in (tmp_path / "rollouts" / "step_1.jsonl").read_text().splitlines()
     ]
     rewards_by_group: dict[int, set[float]] = {}
     for t in trajectories:
         rewards_by_group.setdefault(t["group_id"], set()).add(t["reward"])
-    assert len(rewards_by_group) <= 4
+    (step,) = metrics(tmp_path)
+    assert 1 <= len(rewards_by_group) <= 4, "dynamic sampling kept no group"
+    assert step["rollout/num_kept_groups"] == len(rewards_by_group)
     assert all(len(rewards) > 1 for rewards in rewards_by_group.values())
+    # More rounds only when the first did not fill the batch with informative groups.
+    assert 1 <= step["rollout/num_gen_batches"] <= 4
+    assert (step["rollout/num_gen_batches"] == 1) == (step["frac_reward_zero_std"] == 0.0)
 
 
 def test_a_run_whose_env_always_raises_completes_and_counts_the_errors(tmp_path):
@@ -112,6 +121,7 @@ def test_a_run_whose_env_always_raises_completes_and_counts_the_errors(tmp_path)
     last = metrics(tmp_path)[-1]
     assert last["rollout/status/env_error"] == 1.0
     assert last["actor/skipped_update"] == 1.0
+    assert "100% of episodes failed (mostly env_error)" in result.stderr
 
 
 def _wait_for_checkpoint(run_dir: Path, process: subprocess.Popen, step: int, timeout_s: float) -> None:
@@ -123,7 +133,7 @@ def _wait_for_checkpoint(run_dir: Path, process: subprocess.Popen, step: int, ti
         time.sleep(0.2)
 
 
-def test_a_run_killed_with_sigkill_resumes_with_the_same_steps_and_data_order(tmp_path):
+def test_a_run_killed_with_sigkill_resumes_to_the_same_rewards_tokens_and_weights(tmp_path):
     overrides = ["env=math", "trainer.total_training_steps=4", "trainer.save_freq=1", "trainer.logger=[console]",
                  "trainer.val_before_train=false", *TINY]  # fmt: skip
     interrupted, reference = tmp_path / "interrupted", tmp_path / "reference"
@@ -140,10 +150,42 @@ def test_a_run_killed_with_sigkill_resumes_with_the_same_steps_and_data_order(tm
     assert "resumed from" in resumed.stdout
     assert train(reference, *overrides).returncode == 0
 
-    def groups(run_dir: Path, step: int) -> list[int]:
+    def episodes(run_dir: Path, step: int) -> list[tuple]:
         lines = (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()
-        return [json.loads(line)["group_id"] for line in lines]
+        return [(t["group_id"], t["reward"], t["response_ids"]) for t in map(json.loads, lines)]
 
-    assert [r["step"] for r in metrics(interrupted)] == [1, 2, 3, 4]  # nothing logged twice
-    for step in range(4):
-        assert groups(interrupted, step) == groups(reference, step)
+    assert [r["step"] for r in metrics(interrupted)] == [1, 2, 3, 4]  # each step logged once
+    for step in range(1, 5):
+        assert episodes(interrupted, step) == episodes(reference, step)
+    resumed_weights = AutoModelForCausalLM.from_pretrained(interrupted / "hf_model").state_dict()
+    reference_weights = AutoModelForCausalLM.from_pretrained(reference / "hf_model").state_dict()
+    for name, tensor in reference_weights.items():
+        torch.testing.assert_close(resumed_weights[name], tensor, rtol=0, atol=1e-6)
+
+
+def test_a_step_whose_checkpoint_exists_always_has_its_metrics_line(tmp_path):
+    overrides = ["env=math", "trainer.total_training_steps=3", "trainer.save_freq=1", "trainer.logger=[console]",
+                 "trainer.val_before_train=false", *TINY]  # fmt: skip
+    assert train(tmp_path, *overrides).returncode == 0
+    logged = {record["step"] for record in metrics(tmp_path)}
+    saved = {int(path.name.removeprefix("step_")) for path in (tmp_path / "checkpoints").glob("step_*")}
+    assert saved and saved <= logged
+
+
+def test_an_unknown_env_id_reads_like_a_config_error(tmp_path):
+    result = train(tmp_path, "env=math", "env.id=maht")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: unknown env id 'maht'. Did you mean 'math'?")
+    result = train(tmp_path, "env=math", "env.kwargs.no_such_knob=1")
+    assert result.returncode == 2
+    assert "error: env 'math' cannot be built with env.kwargs={'no_such_knob': 1}" in result.stderr
+
+
+def test_the_custom_env_example_runs_from_any_directory(tmp_path):
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB")}
+    result = subprocess.run(
+        [sys.executable, "-m", "agentrl.train", "env=custom", "trainer.total_training_steps=1", "trainer.logger=[console]",
+         "trainer.val_before_train=false", f"trainer.run_dir={tmp_path / 'run'}", *TINY],
+        cwd=tmp_path, check=False, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]

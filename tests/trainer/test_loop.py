@@ -1,0 +1,208 @@
+"""The training loop, driven in process by a scripted engine and env, and by the real parts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from agentrl.config_loader import load_config
+from agentrl.engine.protocol import FinishReason, Generation, SamplingParams
+from agentrl.env.base import TextEnv
+from agentrl.env.errors import InfraError
+from agentrl.rollout.chat_template import ChatTemplate
+from agentrl.rollout.trajectory import Status
+from agentrl.tiny_policy import DEFAULT_MODEL_PATH
+from agentrl.trainer.components import build_trainer, resolve_device
+from agentrl.trainer.data_order import StepSampler
+from agentrl.trainer.health import RunStopped
+from agentrl.trainer.loop import Trainer, TrainerParts
+from agentrl.trainer.policy_worker import PolicyWorker
+
+ROWS = [{"target": str(digit)} for digit in range(8)]
+SMALL = [
+    "data.train_batch_size=2", "actor.ppo_mini_batch_size=2", "rollout.n=4", "data.val_size=4",
+    "trainer.logger=[console]", "trainer.save_freq=0",
+]  # fmt: skip
+
+
+class VersionedScriptedEngine:
+    """Replies with the digits in turn and tracks the weight version like a real engine."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer, self.version, self.num_calls = tokenizer, 0, 0
+        self.versions_received: list[int] = []
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        reply = str(sampling.seed % 2 * 7)  # "0" or "7": members of a group disagree
+        self.num_calls += 1
+        ids = self.tokenizer.encode(reply, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        return Generation(ids, [-0.5] * len(ids), FinishReason.STOP, policy_version=self.version)
+
+    async def update_weights(self, state_dict: dict, version: int) -> None:
+        self.version = version
+        self.versions_received.append(version)
+
+    async def close(self) -> None:
+        pass
+
+
+class TargetEnv(TextEnv):
+    """One guess at a digit; `failure` makes every step fail the named way."""
+
+    def __init__(self, failure: str | None = None) -> None:
+        super().__init__()
+        self.failure = failure
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.target = options["target"]
+        return [{"role": "user", "content": "Say a digit."}], {}
+
+    def step(self, action):
+        if self.failure == "infra":
+            raise InfraError("sandbox unreachable")
+        if self.failure == "raise":
+            raise ValueError("broken env")
+        if self.failure == "malformed":
+            return "not a list", None, True, False, {}
+        correct = action.strip() == "7"
+        return [], float(correct), True, False, {"correct": correct, "num_digits": float(len(action.strip()))}
+
+
+def scripted_trainer(
+    tmp_path: Path, *overrides: str, failure: str | None = None
+) -> tuple[Trainer, VersionedScriptedEngine]:
+    config = load_config([*SMALL, *overrides, f"trainer.run_dir={tmp_path}"])
+    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_PATH)
+    engine = VersionedScriptedEngine(tokenizer)
+    actor = PolicyWorker(
+        DEFAULT_MODEL_PATH, config.actor, device="cpu", temperature=config.rollout.temperature
+    )
+    parts = TrainerParts(
+        run_dir=tmp_path, make_env=lambda: TargetEnv(failure), engine=engine, template=ChatTemplate(tokenizer),
+        pad_token_id=tokenizer.pad_token_id, actor=actor, reference=None,
+        sampler=StepSampler(ROWS, 2, 0, True), extra_sampler=StepSampler(ROWS, 2, 1, True), val_rows=ROWS[:2],
+    )  # fmt: skip
+    return Trainer(config, parts), engine
+
+
+def records(run_dir: Path, name: str) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / name).read_text().splitlines()]
+
+
+def test_each_step_trains_on_its_groups_and_serves_the_next_weight_version(tmp_path):
+    trainer, engine = scripted_trainer(tmp_path, "trainer.total_training_steps=2")
+    before = {name: tensor.clone() for name, tensor in trainer.parts.actor.full_state_dict().items()}
+    asyncio.run(trainer.fit())
+    assert engine.versions_received == [1, 2]
+    assert [record["step"] for record in records(tmp_path, "metrics.jsonl")] == [0, 1, 2]
+    step_1 = records(tmp_path, "rollouts/step_1.jsonl")
+    assert sorted(t["reward"] for t in step_1) == [0.0] * 4 + [1.0] * 4
+    for trajectory in step_1:  # GRPO: +/- (1 - 0.5) / std of a 2-2 split, std = sqrt(1/3)
+        assert trajectory["advantage"] == pytest.approx(
+            (1 if trajectory["reward"] else -1) * 0.5 / (1 / 3) ** 0.5, rel=1e-5
+        )
+    metrics = records(tmp_path, "metrics.jsonl")[1]
+    assert metrics["env/num_digits/mean"] == 1.0
+    assert metrics["rollout/logprob_diff_max"] > 0  # the scripted logprobs are not the model's
+    after = trainer.parts.actor.full_state_dict()
+    assert any(not torch.equal(before[name], after[name]) for name in before)
+
+
+@pytest.mark.parametrize(("failure", "status", "example"), [
+    ("raise", "env_error", "ValueError: broken env"),
+    ("malformed", "env_error", "malformed value"),
+    ("infra", "sandbox_error", "sandbox unreachable"),
+])  # fmt: skip
+def test_a_run_whose_episodes_keep_failing_stops_naming_the_status_and_an_example(
+    tmp_path, failure, status, example
+):
+    trainer, _ = scripted_trainer(
+        tmp_path, "trainer.total_training_steps=5", "trainer.max_error_steps=2", "trainer.val_before_train=false",
+        failure=failure,
+    )  # fmt: skip
+    with pytest.raises(RunStopped, match=rf"2 steps in a row .* mostly {status}; for example: .*{example}"):
+        asyncio.run(trainer.fit())
+    steps = records(tmp_path, "metrics.jsonl")
+    assert [record["step"] for record in steps] == [1, 2]
+    assert all(
+        record["rollout/error_frac"] == 1.0 and record["actor/skipped_update"] == 1.0 for record in steps
+    )
+
+
+def test_infrastructure_failures_are_retried_with_the_same_task_then_excluded(tmp_path):
+    trainer, engine = scripted_trainer(
+        tmp_path, "trainer.total_training_steps=1", "trainer.val_before_train=false", "rollout.max_infra_retries=2",
+        "trainer.max_error_steps=5", failure="infra",
+    )  # fmt: skip
+    asyncio.run(trainer.fit())
+    trajectories = records(tmp_path, "rollouts/step_1.jsonl")
+    assert {t["status"] for t in trajectories} == {Status.SANDBOX_ERROR.value}
+    assert [t["num_infra_retries"] for t in trajectories] == [2] * 8
+    assert (
+        engine.num_calls == (8 + 2 * 4) * 3
+    )  # the step's 8 episodes and the final evaluation's 2 x 4, thrice each
+    assert records(tmp_path, "metrics.jsonl")[0]["rollout/infra_retries"] == 16.0
+
+
+def test_kl_loss_runs_through_the_real_loop_with_a_reference_worker(tmp_path):
+    config = load_config([
+        "env=math", *SMALL, "data.train_batch_size=4", "actor.use_kl_loss=true", "actor.kl_loss_coef=0.5",
+        "trainer.total_training_steps=3", "trainer.val_before_train=false", f"trainer.run_dir={tmp_path}",
+        "trainer.device=cpu", "engine.device=cpu",
+    ])  # fmt: skip
+    trainer = build_trainer(config, tmp_path)
+    assert trainer.parts.reference is not None
+    asyncio.run(trainer.fit())
+    steps = records(tmp_path, "metrics.jsonl")
+    assert steps[0]["actor/kl_loss"] == 0.0  # the policy starts as the reference
+    first_update = next(i for i, step in enumerate(steps) if step["actor/grad_norm"] > 0)
+    assert first_update < 2, "no step had reward spread to learn from"
+    assert all(step["actor/kl_loss"] > 0.0 for step in steps[first_update + 1 :])
+    reference = trainer.parts.reference.full_state_dict()
+    original = PolicyWorker(DEFAULT_MODEL_PATH, config.actor, trainable=False).full_state_dict()
+    assert all(
+        torch.equal(reference[name], original[name]) for name in original
+    )  # the reference never trains
+
+
+def test_training_files_without_val_files_hold_out_a_seeded_split_and_say_so(tmp_path, capsys):
+    from agentrl.trainer.components import load_task_data
+
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": f"q{i}"}],
+            "reward_model": {"ground_truth": str(i)},
+            "data_source": "t",
+        }
+        for i in range(10)
+    ]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = load_config(["data.generator=null", f"data.train_files=[{path}]", "data.val_size=3"])
+    data = load_task_data(config)
+    assert len(data.train_rows) == 7 and len(data.val_rows) == 3
+    assert not {r["reward_model"]["ground_truth"] for r in data.val_rows} & {
+        r["reward_model"]["ground_truth"] for r in data.train_rows
+    }
+    assert data == load_task_data(config)
+    assert "held out of data.train_files" in data.note
+    with pytest.raises(ValueError, match="too few to hold out data.val_size=10"):
+        load_task_data(load_config(["data.generator=null", f"data.train_files=[{path}]", "data.val_size=10"]))
+
+
+def test_zero_steps_without_evaluation_finishes_and_saves_the_policy(tmp_path):
+    trainer, _ = scripted_trainer(
+        tmp_path, "trainer.total_training_steps=0", "trainer.val_before_train=false"
+    )
+    assert asyncio.run(trainer.fit()) == {}
+    assert (tmp_path / "hf_model" / "config.json").is_file()
+
+
+def test_devices_resolve_to_the_cpu_without_cuda():
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
