@@ -15,6 +15,7 @@ failure. The env is async-native; sandbox runners are shared per event loop (`ru
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import math
 import random
@@ -100,11 +101,7 @@ class CodeSandboxEnv(TextEnv):
         row = options if options else self._synthetic_row()
         messages, self._task = _task_from_row(row, self.num_visible)
         self._num_turns, self._first_pass_rate, self._done = 0, 0.0, False
-        if self._runner is None:
-            try:
-                self._runner = await runners.lease(self.runner_settings)
-            except Exception as error:
-                raise InfraError(f"the sandbox could not start: {type(error).__name__}: {error}") from error
+        await self._lease_runner()
         return messages, {"num_hidden_tests": len(self._task.hidden_tests)}
 
     async def astep(self, action: str) -> StepResult:
@@ -129,18 +126,29 @@ class CodeSandboxEnv(TextEnv):
         return observation, reward, self._done, False, info
 
     async def aclose(self) -> None:
-        await self._release(linger=True)
+        await self._release_runner(close_if_unused=False)
 
     def close(self) -> None:
-        # The sync bridge's private loop closes right after this: release without lingering.
-        if self._runner is not None:
-            self._run_sync(self._release(linger=False))
+        # The sync bridge's private loop closes right after this, so its runner must close now.
+        if self._runner is not None and self._runner.loop is self._sync_loop:
+            self._run_sync(self._release_runner(close_if_unused=True))
+        self._runner = None
         super().close()
 
-    async def _release(self, linger: bool) -> None:
+    async def _lease_runner(self) -> None:
+        if self._runner is not None and self._runner.loop is not asyncio.get_running_loop():
+            self._runner = None  # leased on a loop that has ended; that loop's shutdown closed it
+        if self._runner is not None:
+            return
+        try:
+            self._runner = await runners.lease(self.runner_settings)
+        except Exception as error:
+            raise InfraError(f"the sandbox could not start: {type(error).__name__}: {error}") from error
+
+    async def _release_runner(self, close_if_unused: bool) -> None:
         runner, self._runner = self._runner, None
-        if runner is not None:
-            await runners.release(runner, linger=linger)
+        if runner is not None and runner.loop is asyncio.get_running_loop():
+            await runners.release(runner, close_if_unused=close_if_unused)
 
     async def _judge(self, reply: str) -> Attempt:
         task = self._task

@@ -6,9 +6,10 @@ lease a runner (an in-process `sandbox.executor.Executor` or a `sandbox.client.S
 keyed by their event loop and settings. Its semaphore bounds the sandbox calls of all of them,
 so `max_concurrency` is a per-process limit, not a per-env one.
 
-A runner outlives its last lease by `IDLE_CLOSE_S`, so that the gap between two training steps
-(when no env exists) does not tear down and rebuild the pool. When the event loop shuts down
-(`asyncio.run` cancels pending tasks) the pending close runs at once, so nothing is left behind.
+A runner lives as long as its event loop, so training steps reuse one warm pool: a guardian
+task per loop closes the loop's runners when the loop shuts down (`asyncio.run` cancels pending
+tasks before it returns). `release(..., close_if_unused=True)` and `close_all()` close earlier,
+for loops that are closed by hand (the env's sync bridge) and for tests.
 """
 
 from __future__ import annotations
@@ -17,14 +18,13 @@ import asyncio
 import contextlib
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from sandbox.client import CodeRunner, SandboxClient
 from sandbox.executor import Executor, default_max_concurrency
 from sandbox.types import RunRequest, RunResponse
 
-IDLE_CLOSE_S = 60.0  # longer than a CPU training step, so steps reuse one warm pool
 BACKENDS = ("auto", "docker", "bwrap")
 Backend = Literal["auto", "docker", "bwrap"]
 
@@ -54,16 +54,16 @@ class RunnerSettings:
 
 
 class SharedRunner:
-    """A runner, its concurrency bound, and how many envs hold it."""
+    """A runner of one event loop, its concurrency bound, and how many envs hold it."""
 
-    def __init__(self, settings: RunnerSettings) -> None:
+    def __init__(self, settings: RunnerSettings, loop: asyncio.AbstractEventLoop) -> None:
         self.settings = settings
+        self.loop = loop  # the runner's sockets, pools and semaphore belong to this loop
         self.num_leases = 0  # envs holding this runner
         self._runner: CodeRunner | None = None
         self._started = asyncio.Lock()
         self._slots: asyncio.Semaphore | None = None
         self._max_concurrency: int | None = None
-        self._close_task: asyncio.Task[None] | None = None
 
     @property
     def is_open(self) -> bool:
@@ -90,73 +90,85 @@ class SharedRunner:
             settings = self.settings
             if settings.sandbox_url is not None:
                 self._runner = SandboxClient(settings.sandbox_url, token=settings.sandbox_token)
-                limit = settings.max_concurrency
+                self._max_concurrency = settings.max_concurrency or default_max_concurrency()
             else:
                 executor = await Executor.create(settings.backend, settings.max_concurrency)
-                self._runner, limit = executor, executor.max_concurrency
-            self._max_concurrency = limit or default_max_concurrency()
+                self._runner, self._max_concurrency = executor, executor.max_concurrency
             self._slots = asyncio.Semaphore(self._max_concurrency)
 
-    async def _close_when_idle(self, delay_s: float) -> None:
-        try:
-            await asyncio.sleep(delay_s)
-        finally:  # also on cancellation: a re-lease cancels with leases > 0, a loop shutdown with 0
-            if self.num_leases == 0:
-                _forget(self)
-                await self._close_runner()
-
-    async def _close_runner(self) -> None:
+    async def _close(self) -> None:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.close()
 
 
-# Runners by event loop, then settings. Weak on the loop: a closed, collected loop drops its entry.
-_shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[RunnerSettings, SharedRunner]] = (
-    weakref.WeakKeyDictionary()
-)
+@dataclass
+class _LoopRunners:
+    """The runners of one event loop and the task that closes them when the loop shuts down."""
+
+    guardian: asyncio.Task[None]
+    runners: dict[RunnerSettings, SharedRunner] = field(default_factory=dict)
+
+
+# Weak on the loop: a closed loop that is collected drops its entry.
+_loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopRunners] = weakref.WeakKeyDictionary()
 
 
 async def lease(settings: RunnerSettings) -> SharedRunner:
     """The running loop's runner for `settings`, started on first use; pair with `release`."""
-    runners = _shared.setdefault(asyncio.get_running_loop(), {})
-    shared = runners.get(settings)
+    loop = asyncio.get_running_loop()
+    entry = _loops.get(loop)
+    if entry is None:
+        entry = _loops[loop] = _LoopRunners(guardian=loop.create_task(_close_at_shutdown(loop)))
+    shared = entry.runners.get(settings)
     if shared is None:
-        shared = runners[settings] = SharedRunner(settings)
+        shared = entry.runners[settings] = SharedRunner(settings, loop)
     shared.num_leases += 1
-    if shared._close_task is not None:
-        shared._close_task.cancel()
-        shared._close_task = None
     try:
         await shared._start()
     except BaseException:
-        await release(shared, linger=False)
+        await release(shared, close_if_unused=True)
         raise
     return shared
 
 
-async def release(shared: SharedRunner, linger: bool = True) -> None:
-    """Give a lease back; the last one closes the runner after IDLE_CLOSE_S (now without `linger`)."""
+async def release(shared: SharedRunner, close_if_unused: bool = False) -> None:
+    """Give a lease back. The runner stays up for later envs unless `close_if_unused` and none holds it."""
     shared.num_leases -= 1
-    if shared.num_leases > 0:
+    if shared.num_leases > 0 or not close_if_unused:
         return
-    if linger:
-        shared._close_task = asyncio.get_running_loop().create_task(shared._close_when_idle(IDLE_CLOSE_S))
-    else:
-        _forget(shared)
-        await shared._close_runner()
-
-
-def _forget(shared: SharedRunner) -> None:
-    with contextlib.suppress(RuntimeError):  # no running loop: nothing registered under it
-        runners = _shared.get(asyncio.get_running_loop(), {})
-        if runners.get(shared.settings) is shared:
-            del runners[shared.settings]
+    entry = _loops.get(shared.loop)
+    if entry is not None and entry.runners.get(shared.settings) is shared:
+        del entry.runners[shared.settings]
+    await shared._close()
+    if entry is not None and not entry.runners:
+        await _stop_guardian(shared.loop, entry)
 
 
 async def close_all() -> None:
-    """Close every runner of the running loop now, leased or not: the end of a script or a test."""
-    for shared in _shared.pop(asyncio.get_running_loop(), {}).values():
-        if shared._close_task is not None:
-            shared._close_task.cancel()
-        await shared._close_runner()
+    """Close every runner of the running loop now, leased or not (the end of a script or a test)."""
+    loop = asyncio.get_running_loop()
+    entry = _loops.get(loop)
+    if entry is not None:
+        await _stop_guardian(loop, entry)
+        for shared in entry.runners.values():
+            await shared._close()
+
+
+async def _stop_guardian(loop: asyncio.AbstractEventLoop, entry: _LoopRunners) -> None:
+    # Awaited, so that a loop closed right afterwards holds no pending task.
+    _loops.pop(loop, None)
+    entry.guardian.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await entry.guardian
+
+
+async def _close_at_shutdown(loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        await loop.create_future()  # never resolved: this task only ends by cancellation
+    finally:
+        entry = _loops.get(loop)
+        if entry is not None and entry.guardian is asyncio.current_task():
+            _loops.pop(loop, None)
+            for shared in entry.runners.values():
+                await shared._close()

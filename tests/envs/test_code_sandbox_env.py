@@ -1,3 +1,4 @@
+import asyncio
 import json
 import socket
 import warnings
@@ -175,10 +176,8 @@ async def test_an_unreachable_sandbox_server_raises_infra_error_instead_of_scori
 
 @module_loop
 async def test_envs_of_one_loop_share_one_runner_and_its_concurrency_bound():
-    first, second = (
-        CodeSandboxEnv(backend="bwrap", max_concurrency=1),
-        CodeSandboxEnv(backend="bwrap", max_concurrency=1),
-    )
+    first = CodeSandboxEnv(backend="bwrap", max_concurrency=1)
+    second = CodeSandboxEnv(backend="bwrap", max_concurrency=1)
     other = CodeSandboxEnv(backend="bwrap", max_concurrency=2)
     for env in (first, second, other):
         await env.areset(options=row(ADD))
@@ -197,14 +196,28 @@ async def test_envs_of_one_loop_share_one_runner_and_its_concurrency_bound():
 
 
 @module_loop
-async def test_the_last_release_without_linger_closes_the_runner_at_once():
+async def test_the_last_release_that_asks_for_it_closes_the_runner_at_once():
     shared = await runners.lease(runners.RunnerSettings(backend="bwrap"))
     again = await runners.lease(runners.RunnerSettings(backend="bwrap"))
     assert again is shared and shared.num_leases == 2
-    await runners.release(shared, linger=False)
+    await runners.release(shared, close_if_unused=True)
     assert shared.is_open
-    await runners.release(again, linger=False)
+    await runners.release(again, close_if_unused=True)
     assert not shared.is_open
+
+
+def test_a_loop_that_ends_closes_its_runners_and_an_env_reused_on_a_new_loop_leases_again():
+    env = CodeSandboxEnv(backend="docker")
+
+    async def episode():
+        await env.areset(options=row(ADD))
+        return env._runner, await env.astep(RIGHT)
+
+    first_runner, first_step = asyncio.run(episode())
+    assert not first_runner.is_open  # asyncio.run's shutdown closed it; the env never called aclose
+    second_runner, second_step = asyncio.run(episode())
+    assert second_runner is not first_runner and not second_runner.is_open
+    assert first_step[1] == second_step[1] == 1.0
 
 
 def test_the_code_env_passes_gymnasiums_env_checker_through_the_sync_bridge():
