@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentrl.env import Message, StepResult, TextEnv, load_object
+from agentrl.rewards.tool_calls import MalformedCall, ToolCall, parse_tool_calls
 from envs.math.grader import AnswerGrader, Verdict, shared_grader
 from envs.math.reward import extract_boxed_answer
 from envs.tool_calling import synthetic
 from envs.tool_calling.calculator import calculator
-from envs.tool_calling.parsing import MalformedCall, ToolCall, parse_tool_calls
 from envs.tool_calling.python_tool import make_python_tool
 from envs.tool_calling.retrieval import search
 from envs.tool_calling.tools import Tool, ToolOutcome

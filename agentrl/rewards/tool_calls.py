@@ -1,6 +1,6 @@
-"""Environment stage (tool_calling): tool calls parsed from the model's reply, strictly.
+"""Reward stage: tool calls parsed from the model's reply, strictly, in the chat template's format.
 
-The format is the chat template's Hermes style, one block per call:
+The format is the Hermes style the bundled chat template renders, one block per call:
 
     <tool_call>
     {"name": "calculator", "arguments": {"expression": "3 * 4"}}
@@ -9,7 +9,8 @@ The format is the chat template's Hermes style, one block per call:
 A block's body is parsed with `json.loads` and nothing else (never `eval`), and NaN/Infinity
 literals, which the JSON standard does not have, are rejected. Every block becomes either a
 `ToolCall` or a `MalformedCall` carrying the message the model will read, so one bad block
-never hides the good ones next to it.
+never hides the good ones next to it. The tool_calling env executes what this parses; the
+`tool_call_format` reward checks replies with it.
 """
 
 from __future__ import annotations
