@@ -25,7 +25,7 @@ def attention_backends(device: torch.device) -> contextlib.AbstractContextManage
 
 
 def check_full_attention(model: PreTrainedModel) -> None:
-    """The batch cache concatenates and slices whole layers, which sliding windows would break."""
+    """Slots keep every position of every layer, which sliding-window layers would not attend to."""
     layer_types = getattr(model.config, "layer_types", None) or ["full_attention"]
     other = sorted(set(layer_types) - {"full_attention"})
     if other:
@@ -33,6 +33,14 @@ def check_full_attention(model: PreTrainedModel) -> None:
             f"model has {other} attention layers; TransformersEngine serves full-attention models only "
             "(for Qwen2 set use_sliding_window=False)"
         )
+
+
+def slot_shape(model: PreTrainedModel) -> dict[str, int]:
+    """Layer count and key/value head shape, as `SlotKVCache` takes them."""
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    num_kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    return {"num_layers": config.num_hidden_layers, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
 
 
 _DTYPES = {

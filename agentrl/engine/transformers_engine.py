@@ -6,6 +6,14 @@ one decode step for every running row: new requests join at the next decode step
 prefill and finished ones leave at once (iteration-level scheduling). Results travel back to
 each caller's event loop through its future.
 
+Keys and values live in preallocated per-row slots (`slot_cache`), read in place by attention
+that keeps grouped key/value heads unexpanded (`slot_attention`). A prefix cache
+(`prefix_cache`) copies the keys/values of a prompt's already-seen start into the slot, so only
+the rest is prefilled: a group's members share their prompt's prefill and a later turn reuses
+the earlier turns'. A request whose prompt shares a block with one admitted in the same
+iteration waits one iteration for that block to be cached. On CUDA, decode steps replay
+captured graphs (`decode_graphs`).
+
 Weight updates are fenced by submission order: `update_weights` waits until every request
 submitted before it has finished on the old weights, then loads the new ones in place;
 requests submitted after it wait and run entirely on the new weights.
@@ -19,23 +27,30 @@ import enum
 import itertools
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from agentrl.engine.kv_batch import KVBatch, PrefillInputs, Request
+from agentrl.engine.decode_graphs import DecodeGraphs
 from agentrl.engine.model_setup import (
     attention_backends,
     check_full_attention,
     eos_ids,
     resolve_dtype,
+    slot_shape,
     validate_state_dict,
 )
+from agentrl.engine.prefix_cache import PrefixCache
 from agentrl.engine.protocol import FinishReason, Generation, SamplingParams
+from agentrl.engine.request import Request
 from agentrl.engine.sampling import RowSampling, sample_next_tokens, validate_sampling
+from agentrl.engine.slot_attention import install_slot_attention
+from agentrl.engine.slot_cache import SlotForward, SlotKVCache, causal_slot_mask
+from agentrl.engine.step_inputs import StepInputs, decode_inputs, prefill_inputs
 
 _SHUTDOWN = object()
 
@@ -63,6 +78,9 @@ class EngineStats:
     num_prefill_steps: int = 0
     num_decode_steps: int = 0
     num_generated_tokens: int = 0
+    num_prompt_tokens: int = 0  # prompt tokens of admitted requests
+    num_prefix_cached_tokens: int = 0  # of those, read from the prefix cache instead of prefilled
+    weight_sync_seconds: float = 0.0  # the last update_weights' in-place copy, device work included
 
 
 @dataclass(eq=False)
@@ -81,6 +99,11 @@ class TransformersEngine:
     `tokenizer_or_eos_ids`: a tokenizer (its EOS id plus the model's generation-config EOS
     ids stop a completion) or an explicit iterable of stop token ids (may be empty).
     Request ids in `StepRecord`s count up from 0 in submission order.
+    `prefix_cache_bytes`: memory for cached prompt-prefix keys/values (0 turns the cache off);
+    `prefix_block_size`: tokens per cached block, the granularity of prefix reuse;
+    `cuda_graphs`: replay captured decode steps on CUDA (ignored on CPU, where none exist).
+    The engine routes the model's attention through its own function (`slot_attention`);
+    other forward calls on the model still compute plain SDPA attention.
     """
 
     def __init__(
@@ -96,14 +119,20 @@ class TransformersEngine:
         seed: int = 0,
         policy_version: int = 0,
         on_step: Callable[[StepRecord], None] | None = None,
+        prefix_cache_bytes: int = 1 << 30,
+        prefix_block_size: int = 16,
+        cuda_graphs: bool = True,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
         if max_prefill_tokens < 1:
             raise ValueError(f"max_prefill_tokens={max_prefill_tokens} must be >= 1")
+        if prefix_cache_bytes < 0:
+            raise ValueError(f"prefix_cache_bytes={prefix_cache_bytes} must be >= 0 (0 turns the cache off)")
         check_full_attention(model)
         self.device = torch.device(device)
         self.model = model.to(device=self.device, dtype=resolve_dtype(dtype)).eval()
+        install_slot_attention(self.model)
         self.eos_ids = eos_ids(model, tokenizer_or_eos_ids)
         self.vocab_size = model.get_input_embeddings().num_embeddings
         self.max_context_len = max_context_len or model.config.max_position_embeddings
@@ -112,7 +141,19 @@ class TransformersEngine:
         self.policy_version = policy_version
         self.stats = EngineStats()
         self._on_step = on_step
-        self._param_shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+        self._parameters = {name: t for name, t in model.state_dict().items()}
+        self._param_shapes = {name: tuple(t.shape) for name, t in self._parameters.items()}
+        self.slots = SlotKVCache(**slot_shape(model), num_slots=max_batch_size, max_capacity=self.max_context_len,
+                                 dtype=next(model.parameters()).dtype, device=self.device)  # fmt: skip
+        self.prefix_cache = None
+        if prefix_cache_bytes:
+            self.prefix_cache = PrefixCache(
+                self.slots, block_size=prefix_block_size, budget_bytes=prefix_cache_bytes
+            )
+        self.decode_graphs = None
+        if cuda_graphs and self.device.type == "cuda":
+            self.decode_graphs = DecodeGraphs(self._decode_forward, max_rows=max_batch_size, device=self.device,
+                                              length_step=256)  # fmt: skip
         self._seed_source = torch.Generator().manual_seed(seed)
         self._request_ids = itertools.count()
         # Orders submissions: request ids and seeds follow it, and nothing follows a shutdown.
@@ -121,8 +162,7 @@ class TransformersEngine:
         self._closed = False
         # Scheduler-thread state: only `_serve` and the methods it calls touch these.
         self._waiting: collections.deque[Request | WeightUpdate] = collections.deque()
-        self._rows: list[Request] = []
-        self._batch: KVBatch | None = None
+        self._rows: list[Request] = []  # row i owns slot i of self.slots
         self._thread = threading.Thread(target=self._serve, name="transformers-engine", daemon=True)
         self._thread.start()
 
@@ -243,71 +283,143 @@ class TransformersEngine:
             self._decode()
 
     def _admit(self) -> list[Request]:
-        """Take waiting requests in order, up to free rows and the prefill token budget."""
+        """Take waiting requests in order, up to free rows and the prefill token budget.
+
+        Admission stops at a request whose next uncached prompt block an already admitted
+        request is about to compute: one iteration later that block is cached and reused.
+        """
         admitted: list[Request] = []
         width = 0
+        pending_blocks: set[int] = set()
         while self._waiting and isinstance(self._waiting[0], Request):
             if len(self._rows) + len(admitted) >= self.max_batch_size:
                 break
-            new_width = max(width, len(self._waiting[0].prompt_ids))
+            prompt = self._waiting[0].prompt_ids
+            cached = self.prefix_cache.peek(prompt) if self.prefix_cache else 0
+            blocks = self._block_hashes(prompt)
+            if (
+                len(blocks) > cached // self._block_size
+                and blocks[cached // self._block_size] in pending_blocks
+            ):
+                break
+            new_width = max(width, len(prompt) - min(cached, len(prompt) - 1))
             if admitted and new_width * (len(admitted) + 1) > self.max_prefill_tokens:
                 break
             admitted.append(self._waiting.popleft())
+            pending_blocks.update(blocks[cached // self._block_size :])
             width = new_width
         return admitted
 
+    @property
+    def _block_size(self) -> int:
+        return self.prefix_cache.block_size if self.prefix_cache else 1
+
+    def _block_hashes(self, token_ids: list[int]) -> list[int]:
+        """One hash per full block, chained so that equal hashes mean equal prefixes (up to collisions)."""
+        if self.prefix_cache is None:
+            return []
+        size, hashes, previous = self.prefix_cache.block_size, [], 0
+        for start in range(0, len(token_ids) - size + 1, size):
+            previous = hash((previous, tuple(token_ids[start : start + size])))
+            hashes.append(previous)
+        return hashes
+
     def _prefill(self, requests: list[Request]) -> None:
+        first_slot = len(self._rows)
         for request in requests:
             request.policy_version = self.policy_version
         self._rows.extend(requests)  # from here on a failure fails these rows too
-        inputs = PrefillInputs.left_pad([r.prompt_ids for r in requests], self.device)
-        cache = DynamicCache()
-        logits = self._forward(
-            input_ids=inputs.input_ids,
-            attention_mask=inputs.attention_mask,
-            position_ids=inputs.position_ids,
-            past_key_values=cache,
-        )
-        sampled_ids = self._sample(logits, requests)
-        joined = KVBatch.after_prefill(cache, inputs, sampled_ids)
-        self._batch = joined if self._batch is None else KVBatch.concat(self._batch, joined)
+        self._grow_slots(max(len(r.prompt_ids) for r in requests))
+        cached_lengths = [self._reuse_prefix(r, first_slot + i) for i, r in enumerate(requests)]
+        inputs = prefill_inputs([r.prompt_ids for r in requests], cached_lengths, first_slot).to(self.device)
+        logits = self._forward(inputs, first_slot)
+        self._sample(logits, requests)
+        for slot, request in enumerate(requests, start=first_slot):
+            request.cache_length = len(request.prompt_ids)
+            if self.prefix_cache is not None:
+                self.prefix_cache.insert_from_slot(request.prompt_ids, slot)
+        self.stats.num_prompt_tokens += sum(len(r.prompt_ids) for r in requests)
+        self.stats.num_prefix_cached_tokens += sum(cached_lengths)
         self._record(StepKind.PREFILL, requests, num_tokens=inputs.input_ids.numel())
         self._retire_rows()
 
+    def _reuse_prefix(self, request: Request, slot: int) -> int:
+        """Copy the cached start of the prompt into `slot`; returns how many positions it covers."""
+        if self.prefix_cache is None:
+            return 0
+        match = self.prefix_cache.lookup(request.prompt_ids)
+        self.prefix_cache.copy_into_slot(match, slot)
+        # The last prompt token is always fed: its logits give the first completion token.
+        return min(match.num_tokens, len(request.prompt_ids) - 1)
+
     def _decode(self) -> None:
-        assert self._batch is not None and self._batch.num_rows == len(self._rows)
-        logits = self._forward(**self._batch.next_step_inputs())
-        self._batch.advance(self._sample(logits, self._rows))
+        input_ids = [r.completion_ids[-1] for r in self._rows]
+        positions = [r.cache_length for r in self._rows]
+        self._grow_slots(max(positions) + 1)
+        if self.decode_graphs is not None:
+            logits = self.decode_graphs.run(input_ids, positions, self.slots.capacity)
+        else:
+            logits = self._forward(decode_inputs(input_ids, positions).to(self.device), first_slot=0)
+        self._sample(logits, self._rows)
+        for request in self._rows:
+            request.cache_length += 1
         self._record(StepKind.DECODE, self._rows, num_tokens=len(self._rows))
         self._retire_rows()
 
-    def _forward(self, **inputs: Any) -> torch.Tensor:
+    def _grow_slots(self, num_positions: int) -> None:
+        if self.slots.ensure_capacity(num_positions) and self.decode_graphs is not None:
+            self.decode_graphs.clear()  # the graphs read the storage that was just replaced
+
+    def _decode_forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, key_length: int
+    ) -> torch.Tensor:
+        """A decode step over slots 0..rows-1 on static device tensors (the body of a CUDA graph)."""
+        num_rows = input_ids.shape[0]
+        slots = torch.arange(num_rows, device=self.device)
+        inputs = StepInputs(input_ids, positions, slots, positions[:, 0], None, key_length)
+        return self._forward(inputs, first_slot=0)
+
+    def _forward(self, inputs: StepInputs, first_slot: int) -> torch.Tensor:
         """Logits of each row's last position: [num_rows, vocab]."""
+        plan = SlotForward(
+            storage=self.slots, first_slot=first_slot, num_rows=inputs.input_ids.shape[0],
+            key_length=inputs.key_length, write_slots=inputs.write_slots,
+            write_positions=inputs.write_positions, write_index=inputs.write_index,
+        )  # fmt: skip
         with attention_backends(self.device):
-            output = self.model(**inputs, use_cache=True, logits_to_keep=1)
+            output = self.model(
+                input_ids=inputs.input_ids, position_ids=inputs.positions,
+                attention_mask=causal_slot_mask(inputs.positions, inputs.key_length),
+                past_key_values=plan, use_cache=True, logits_to_keep=1, slot_forward=plan,
+            )  # fmt: skip
         return output.logits[:, -1, :]
 
-    def _sample(self, logits: torch.Tensor, requests: list[Request]) -> torch.Tensor:
+    def _sample(self, logits: torch.Tensor, requests: list[Request]) -> None:
         rows = RowSampling.build([r.sampling for r in requests], [r.generator for r in requests], self.device)
         token_ids, logprobs = sample_next_tokens(logits, rows)
         for request, token_id, logprob in zip(requests, token_ids.tolist(), logprobs.tolist(), strict=True):
             request.append(token_id, logprob)
         self.stats.num_generated_tokens += len(requests)
-        return token_ids
 
     def _retire_rows(self) -> None:
-        """Answer finished rows and drop them, with cancelled ones, from the batch."""
-        keep = [i for i, r in enumerate(self._rows) if r.finish_reason is None and not r.cancelled]
-        if len(keep) == len(self._rows):
+        """Answer finished rows and drop them, with cancelled ones; the last rows fill their slots."""
+        done = [i for i, r in enumerate(self._rows) if r.finish_reason is not None or r.cancelled]
+        if not done:
             return
-        for request in self._rows:
+        for slot in done:
+            request = self._rows[slot]
             if request.finish_reason is not None:
+                if self.prefix_cache is not None and not request.cancelled:
+                    self.prefix_cache.insert_from_slot(request.cached_token_ids(), slot)
                 resolve_future(request.future, result=request.generation())
-        self._rows = [self._rows[i] for i in keep]
-        if not keep:
-            self._batch = None
-        elif self._batch is not None:
-            self._batch = self._batch.select(torch.tensor(keep, device=self.device))
+        num_kept = len(self._rows) - len(done)
+        done_set = set(done)
+        holes = [slot for slot in done if slot < num_kept]
+        movers = [slot for slot in range(num_kept, len(self._rows)) if slot not in done_set]
+        self.slots.move_slots(movers, holes)
+        for hole, mover in zip(holes, movers, strict=True):
+            self._rows[hole] = self._rows[mover]
+        del self._rows[num_kept:]
 
     def _record(self, kind: StepKind, requests: list[Request], num_tokens: int) -> None:
         if kind is StepKind.PREFILL:
@@ -318,9 +430,16 @@ class TransformersEngine:
             self._on_step(StepRecord(kind, tuple(r.request_id for r in requests), num_tokens))
 
     def _apply_update(self, update: WeightUpdate) -> None:
+        """Copy the new weights into the parameters in place (same storage, so graphs stay valid)."""
         try:
-            with torch.no_grad():
-                self.model.load_state_dict(update.state_dict, strict=False)
+            if self.prefix_cache is not None:
+                self.prefix_cache.clear()  # keys/values computed by the old weights
+            start = time.perf_counter()
+            for name, tensor in update.state_dict.items():
+                self._parameters[name].copy_(tensor)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)  # the caller may reuse its tensors once we answer
+            self.stats.weight_sync_seconds = time.perf_counter() - start
             self.policy_version = update.version
         except Exception as error:  # noqa: BLE001 - the caller of update_weights gets it
             resolve_future(update.future, error=error)
@@ -331,7 +450,6 @@ class TransformersEngine:
         for request in self._rows:
             resolve_future(request.future, error=error)
         self._rows = []
-        self._batch = None
 
 
 def resolve_future(future: asyncio.Future, *, result: Any = None, error: BaseException | None = None) -> None:

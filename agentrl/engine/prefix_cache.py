@@ -1,0 +1,151 @@
+"""Inference stage, prefix cache: key/value blocks of token prefixes seen before, reused at prefill.
+
+Token sequences are cut into blocks of `block_size` tokens. A full block is identified by the
+block before it and its own tokens, `(parent_block_key, tokens)`, so two sequences share a
+cached block exactly when they share every token up to its end (block hashing as in vLLM,
+equivalent to a radix tree cut at block boundaries). Keys use a never-reused id for the parent,
+so a lookup is one dict probe per block and can never confuse two different prefixes.
+
+Blocks live in a preallocated pool `[num_layers, num_blocks, num_kv_heads, block_size, head_dim]`
+sized from a byte budget. When the pool is full the least recently used block is evicted;
+lookups refresh a matched path from its end back to the root, so a block is never more recent
+than its parent and eviction takes leaves first. A weight update clears the cache: keys and values
+computed by old weights are not those of the new ones.
+
+This is what lets the n members of a group prefill their shared prompt once, and turn k+1 of an
+episode reuse the keys and values of turns 1..k.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+import torch
+
+from agentrl.engine.slot_cache import SlotKVCache
+
+_ROOT = 0
+
+
+@dataclass(frozen=True)
+class PrefixMatch:
+    """The cached blocks that cover the start of a token sequence."""
+
+    block_ids: list[int]  # pool indices, in sequence order
+    num_tokens: int  # len(block_ids) * block_size
+
+
+@dataclass
+class _Block:
+    block_id: int  # index into the pool
+    node_id: int  # unique over the cache's life; the parent key of the next block
+
+
+class PrefixCache:
+    """LRU cache of key/value blocks, copied into and out of `SlotKVCache` slots."""
+
+    def __init__(self, slots: SlotKVCache, *, block_size: int, budget_bytes: int) -> None:
+        if block_size < 1:
+            raise ValueError(f"prefix_block_size={block_size} must be >= 1")
+        num_blocks = budget_bytes // (slots.bytes_per_token * block_size)
+        if num_blocks < 1:
+            raise ValueError(
+                f"prefix_cache_bytes={budget_bytes} holds no block of {block_size} tokens "
+                f"({slots.bytes_per_token * block_size} bytes); raise it, or pass 0 to turn the cache off"
+            )
+        self.slots = slots
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        num_layers, _, num_kv_heads = slots.shape
+        shape = (num_layers, num_blocks, num_kv_heads, block_size, slots.head_dim)
+        # Never read before written (a block is filled when cached), so it needs no initialisation.
+        self.keys = torch.empty(shape, dtype=slots.dtype, device=slots.device)
+        self.values = torch.empty_like(self.keys)
+        self._blocks: collections.OrderedDict[tuple[int, tuple[int, ...]], _Block] = collections.OrderedDict()
+        self._free = list(range(num_blocks - 1, -1, -1))
+        self._next_node_id = _ROOT + 1
+
+    @property
+    def num_cached_blocks(self) -> int:
+        return len(self._blocks)
+
+    def clear(self) -> None:
+        """Forget every block (after a weight update)."""
+        self._blocks.clear()
+        self._free = list(range(self.num_blocks - 1, -1, -1))
+
+    def _path(self, token_ids: list[int]) -> list[tuple[tuple[int, tuple[int, ...]], _Block]]:
+        """The cached blocks that start `token_ids`, as (key, block) pairs in order."""
+        path, parent = [], _ROOT
+        for start in range(0, len(token_ids) - self.block_size + 1, self.block_size):
+            key = (parent, tuple(token_ids[start : start + self.block_size]))
+            block = self._blocks.get(key)
+            if block is None:
+                break
+            path.append((key, block))
+            parent = block.node_id
+        return path
+
+    def lookup(self, token_ids: list[int]) -> PrefixMatch:
+        """The longest run of cached blocks that starts `token_ids`; refreshes their recency."""
+        path = self._path(token_ids)
+        for key, _ in reversed(path):  # leaf first, so parents end up the more recent
+            self._blocks.move_to_end(key)
+        block_ids = [block.block_id for _, block in path]
+        return PrefixMatch(block_ids, len(block_ids) * self.block_size)
+
+    def peek(self, token_ids: list[int]) -> int:
+        """How many leading tokens of `token_ids` are cached, without touching recency."""
+        return len(self._path(token_ids)) * self.block_size
+
+    def copy_into_slot(self, match: PrefixMatch, slot: int) -> None:
+        """Write the matched blocks' keys/values to positions [0, match.num_tokens) of `slot`."""
+        if not match.block_ids:
+            return
+        ids = torch.tensor(match.block_ids, device=self.keys.device)
+        for pool, storage in ((self.keys, self.slots.keys), (self.values, self.slots.values)):
+            blocks = pool[:, ids].transpose(1, 2)  # [layers, kv_heads, num_blocks, block, dim]
+            storage[:, slot, :, : match.num_tokens] = blocks.flatten(2, 3)
+
+    def insert_from_slot(self, token_ids: list[int], slot: int) -> int:
+        """Cache every full block of `token_ids`, whose keys/values are in `slot`; returns blocks added.
+
+        `token_ids` are the tokens at positions 0.. of the slot (their keys/values computed).
+        """
+        path = self._path(token_ids)
+        parent = path[-1][1].node_id if path else _ROOT
+        first = len(path) * self.block_size
+        num_full = len(token_ids) // self.block_size
+        keys, new_ids = [key for key, _ in path], []
+        protected = {block.block_id for _, block in path}
+        for start in range(first, num_full * self.block_size, self.block_size):
+            block_id = self._allocate(protected)
+            if block_id is None:  # every block is on this very path: nothing left to evict
+                break
+            key = (parent, tuple(token_ids[start : start + self.block_size]))
+            self._blocks[key] = _Block(block_id, self._next_node_id)
+            parent, self._next_node_id = self._next_node_id, self._next_node_id + 1
+            protected.add(block_id)
+            keys.append(key)
+            new_ids.append(block_id)
+        for key in reversed(keys):  # leaf first, so parents end up the more recent
+            self._blocks.move_to_end(key)
+        if new_ids:
+            end = first + len(new_ids) * self.block_size
+            ids = torch.tensor(new_ids, device=self.keys.device)
+            for pool, storage in ((self.keys, self.slots.keys), (self.values, self.slots.values)):
+                tokens = storage[:, slot, :, first:end]  # [layers, kv_heads, tokens, dim]
+                blocks = tokens.unflatten(2, (len(new_ids), self.block_size)).transpose(1, 2)
+                pool[:, ids] = blocks
+        return len(new_ids)
+
+    def _allocate(self, protected: set[int]) -> int | None:
+        """A free block, evicting the least recently used unprotected one if none is free."""
+        if self._free:
+            return self._free.pop()
+        for key, block in self._blocks.items():
+            if block.block_id not in protected:
+                del self._blocks[key]
+                return block.block_id
+        return None

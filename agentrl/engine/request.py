@@ -1,0 +1,46 @@
+"""Inference stage, one request: its inputs, its random stream and the tokens sampled so far."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import torch
+
+from agentrl.engine.protocol import FinishReason, Generation, SamplingParams
+
+
+@dataclass(eq=False)
+class Request:
+    """One `generate` call: its inputs, its own random stream and the tokens sampled so far."""
+
+    request_id: int  # counts up from 0 in submission order
+    prompt_ids: list[int]  # [num_prompt_tokens]
+    sampling: SamplingParams
+    max_new_tokens: int  # sampling.max_new_tokens, lowered to fit the model's context
+    stop_ids: frozenset[int]  # EOS ids and sampling.stop_token_ids
+    generator: torch.Generator  # CPU; one uniform per sampled token
+    future: asyncio.Future  # lives on the caller's event loop
+    completion_ids: list[int] = field(default_factory=list)  # [num_completion_tokens]
+    logprobs: list[float] = field(default_factory=list)  # [num_completion_tokens]
+    finish_reason: FinishReason | None = None
+    policy_version: int = 0  # weights version at admission; updates wait for running rows
+    cancelled: bool = False  # set by the caller's task when it is cancelled
+    cache_length: int = 0  # leading tokens of prompt + completion whose keys/values are in its slot
+
+    def append(self, token_id: int, logprob: float) -> None:
+        """Record one sampled token; a stop token is kept and ends the completion."""
+        self.completion_ids.append(token_id)
+        self.logprobs.append(logprob)
+        if token_id in self.stop_ids:
+            self.finish_reason = FinishReason.STOP
+        elif len(self.completion_ids) >= self.max_new_tokens:
+            self.finish_reason = FinishReason.LENGTH
+
+    def cached_token_ids(self) -> list[int]:
+        """The tokens whose keys/values the request's slot holds, at positions 0.. in order."""
+        return (self.prompt_ids + self.completion_ids)[: self.cache_length]
+
+    def generation(self) -> Generation:
+        assert self.finish_reason is not None
+        return Generation(self.completion_ids, self.logprobs, self.finish_reason, self.policy_version)

@@ -1,0 +1,68 @@
+"""Inference stage, forward inputs: the tokens, positions and cache writes of one engine pass.
+
+A prefill pass feeds, for each admitted row, the prompt tokens its slot does not hold yet (the
+prefix cache may already have copied the start of the prompt in). Rows are left-padded to one
+width so that the last column is every row's last prompt token, the one whose logits are
+sampled. Padding is neither stored nor attended to by real tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """Inputs of one forward pass over rows `first_slot ..` of the slot storage."""
+
+    input_ids: torch.Tensor  # [num_rows, num_new]
+    positions: torch.Tensor  # [num_rows, num_new] position in the row's slot; 0 on padding
+    write_slots: torch.Tensor  # [num_writes] slot of each stored (non-padding) token
+    write_positions: torch.Tensor  # [num_writes]
+    write_index: torch.Tensor | None  # [num_writes] flat index into [num_rows * num_new]; None: all
+    key_length: int  # slot positions attention reads: 1 + the largest position
+
+    def to(self, device: torch.device) -> StepInputs:
+        index = None if self.write_index is None else self.write_index.to(device)
+        return StepInputs(
+            self.input_ids.to(device), self.positions.to(device), self.write_slots.to(device),
+            self.write_positions.to(device), index, self.key_length,
+        )  # fmt: skip
+
+
+def prefill_inputs(prompts: list[list[int]], cached_lengths: list[int], first_slot: int) -> StepInputs:
+    """Feed `prompt[cached:]` of each row, at positions cached.., left-padded to one width."""
+    suffixes = [prompt[cached:] for prompt, cached in zip(prompts, cached_lengths, strict=True)]
+    num_rows, width = len(prompts), max(len(suffix) for suffix in suffixes)
+    input_ids = torch.zeros((num_rows, width), dtype=torch.long)
+    for row, suffix in enumerate(suffixes):
+        input_ids[row, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+    suffix_lengths = torch.tensor([len(suffix) for suffix in suffixes])
+    offsets = torch.arange(width)[None, :] - (width - suffix_lengths)[:, None]  # < 0 on padding
+    real = offsets >= 0
+    positions = torch.where(real, torch.tensor(cached_lengths)[:, None] + offsets, 0)
+    write_index = real.flatten().nonzero().squeeze(1)
+    slots = (first_slot + torch.arange(num_rows))[:, None].expand(num_rows, width)
+    return StepInputs(
+        input_ids=input_ids,
+        positions=positions,
+        write_slots=slots.flatten()[write_index],
+        write_positions=positions.flatten()[write_index],
+        write_index=write_index,
+        key_length=max(len(prompt) for prompt in prompts),
+    )
+
+
+def decode_inputs(input_ids: list[int], positions: list[int]) -> StepInputs:
+    """One new token per row, rows 0.. in slot order, each stored at its position."""
+    position_tensor = torch.tensor(positions, dtype=torch.long)
+    return StepInputs(
+        input_ids=torch.tensor(input_ids, dtype=torch.long)[:, None],
+        positions=position_tensor[:, None],
+        write_slots=torch.arange(len(input_ids)),
+        write_positions=position_tensor,
+        write_index=None,
+        key_length=max(positions) + 1,
+    )
