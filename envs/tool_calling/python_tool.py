@@ -59,11 +59,11 @@ def make_python_tool(backend: str = "auto", time_limit_s: float = 5.0) -> Callab
         if response.verdict is Verdict.TLE:
             raise ToolTimeoutError(f"the program ran past its {time_limit_s:g} s CPU limit")
         run = response.run
-        output = run.stdout[-OUTPUT_LIMIT_CHARS:]
-        if run.stderr:
-            output += ("\n" if output else "") + run.stderr[-OUTPUT_LIMIT_CHARS:]
+        parts = [text[-OUTPUT_LIMIT_CHARS:].rstrip("\n") for text in (run.stdout, run.stderr) if text.strip()]
         if response.verdict is not Verdict.AC:
-            output += f"\n(exit: {response.verdict.value}{'' if run.exit_code is None else f', code {run.exit_code}'})"
+            code = "" if run.exit_code is None else f", code {run.exit_code}"
+            parts.append(f"(exit: {response.verdict.value}{code})")
+        output = "\n".join(parts)
         return output or "(no output)"
 
     return python
