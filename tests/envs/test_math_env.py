@@ -124,3 +124,15 @@ def test_reset_rejects_a_row_without_prompt_messages_or_ground_truth(row, messag
 def test_invalid_settings_are_rejected_with_the_bad_value(kwargs, message):
     with pytest.raises(ValueError, match=message):
         MathEnv(**kwargs)
+
+
+def test_math_env_passes_the_env_contract_and_resists_answer_probes():
+    from agentrl.env import make
+    from agentrl.testing import answer_probes, check_env_contract, find_reward_hacks
+    from envs.math.synthetic import generate as generate_rows
+
+    env = make("math")
+    rows = generate_rows(3, difficulty=1, seed=0)
+    check_env_contract(env, rows)
+    for row in rows:
+        assert find_reward_hacks(env, row, answer_probes(row["reward_model"]["ground_truth"])) == []
