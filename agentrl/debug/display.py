@@ -1,0 +1,127 @@
+"""Debugger: what a person sees of an episode, as rich renderables.
+
+A turn shows the rendered messages, a token table (position, id, loss mask, logprob, text;
+low-probability sampled tokens flagged), the env's reward, status and info, and the budgets
+used. Colours are for terminals; the same text, without them, is the non-interactive transcript.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from agentrl.engine.protocol import Generation
+from agentrl.rollout.chat_template import ChatTemplate
+from agentrl.rollout.config import Budgets
+from agentrl.rollout.trajectory import Status, Trajectory
+
+LOW_LOGPROB = -2.5  # sampled tokens below this are flagged: where a policy was surprised
+
+
+def messages_view(messages: list[dict]) -> Text:
+    text = Text()
+    for message in messages:
+        text.append(f"{message['role']}: ", style="bold")
+        text.append(f"{message.get('content', '')}\n")
+    return text
+
+
+def token_table(
+    template: ChatTemplate, ids: list[int], mask: list[int], logprobs: list[float], start: int
+) -> Table:
+    """One row per token: position in the episode, id, loss mask, logprob and its text."""
+    table = Table("pos", "id", "mask", "logprob", "token", box=None, pad_edge=False)
+    for offset, (token_id, loss_mask, logprob) in enumerate(zip(ids, mask, logprobs, strict=True)):
+        low = loss_mask == 1 and logprob < LOW_LOGPROB
+        style = "bold red" if low else ("yellow" if loss_mask else "blue")
+        shown = f"{logprob:.3f}" if loss_mask else "-"
+        token = repr(template.tokenizer.decode([token_id], skip_special_tokens=False))
+        table.add_row(
+            str(start + offset),
+            str(token_id),
+            str(loss_mask),
+            shown + (" LOW" if low else ""),
+            token,
+            style=style,
+        )
+    return table
+
+
+def budgets_line(trajectory: Trajectory, budgets: Budgets, last_turn_tokens: int) -> str:
+    used = len(trajectory.prompt_ids) + len(trajectory.response_ids)
+    return (
+        f"budgets: turns {len(trajectory.turns)}/{budgets.max_turns}, "
+        f"episode tokens {used}/{budgets.max_tokens_per_episode}, "
+        f"this turn {last_turn_tokens}/{budgets.max_new_tokens_per_turn} new tokens"
+    )
+
+
+def status_line(trajectory: Trajectory, done: bool) -> str:
+    terminated = done and trajectory.status is Status.COMPLETED
+    truncated = done and trajectory.status.is_truncated
+    line = f"status: {trajectory.status.value if done else 'running'}, terminated={terminated}, truncated={truncated}"
+    return line + (f", error: {trajectory.error}" if trajectory.error else "")
+
+
+def turn_view(
+    template: ChatTemplate,
+    trajectory: Trajectory,
+    messages: list[dict],
+    budgets: Budgets,
+    done: bool,
+    start: int,
+) -> Group:
+    """The latest turn: messages so far, the tokens appended since `start` (a response index), results."""
+    turn = trajectory.turns[-1] if trajectory.turns else None
+    end = len(trajectory.response_ids)
+    position = len(trajectory.prompt_ids) + start
+    parts = [
+        Text(f"── turn {len(trajectory.turns)} ──", style="bold"),
+        messages_view(messages),
+        token_table(
+            template,
+            trajectory.response_ids[start:end],
+            trajectory.loss_mask[start:end],
+            trajectory.rollout_logprobs[start:end],
+            position,
+        ),
+    ]
+    if turn is not None:
+        parts.append(
+            Text(f"reward: {turn.reward:g} (episode {trajectory.reward:g}), finish: {turn.finish_reason}")
+        )
+    parts += [
+        Text(status_line(trajectory, done)),
+        Text(f"info: {json.dumps(trajectory.info, default=str)}"),
+        Text(budgets_line(trajectory, budgets, len(turn.completion_ids) if turn else 0)),
+    ]
+    return Group(*parts)
+
+
+def prompt_view(template: ChatTemplate, trajectory: Trajectory, messages: list[dict], done: bool) -> Group:
+    return Group(
+        Text("── prompt ──", style="bold"),
+        messages_view(messages),
+        Text(f"{len(trajectory.prompt_ids)} prompt tokens (mask 0)"),
+        Text(status_line(trajectory, done)),
+    )
+
+
+def candidates_view(template: ChatTemplate, candidates: list[Generation]) -> Table:
+    """k samples of one turn side by side: text, tokens, mean logprob, lowest logprob."""
+    table = Table("#", "text", "tokens", "mean logprob", "min logprob", "finish")
+    for index, generation in enumerate(candidates):
+        text = template.tokenizer.decode(generation.completion_ids, skip_special_tokens=True)
+        mean = sum(generation.logprobs) / max(len(generation.logprobs), 1)
+        table.add_row(
+            str(index),
+            text,
+            str(len(generation.completion_ids)),
+            f"{mean:.3f}",
+            f"{min(generation.logprobs, default=0.0):.3f}",
+            generation.finish_reason.value,
+        )
+    return table

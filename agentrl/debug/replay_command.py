@@ -1,0 +1,90 @@
+"""Debugger: `--replay FILE --index I` prints a recorded trajectory turn by turn and re-renders it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from rich.console import Console
+from transformers import AutoTokenizer
+
+from agentrl.config import Config
+from agentrl.debug import display
+from agentrl.debug.replay import rerender_differences
+from agentrl.rollout.chat_template import ChatTemplate
+from agentrl.rollout.trajectory import Trajectory
+from agentrl.trainer.components import build_env_factory, load_task_data, resolve_model_path
+
+
+def read_record(path: Path, index: int) -> Trajectory:
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    if not 0 <= index < len(lines):
+        raise ValueError(f"--index {index} is out of range: {path} holds {len(lines)} trajectories")
+    return Trajectory.from_json(json.loads(lines[index]))
+
+
+def opening_messages(config: Config, dump: Path, group_id: int) -> tuple[list[dict], list[dict] | None]:
+    """The env's opening messages for the trajectory's row (train or val rows, by the dump's name)."""
+    data = load_task_data(config)
+    rows = data.val_rows if dump.name.startswith("val_") else data.train_rows
+    if not 0 <= group_id < len(rows):
+        raise ValueError(f"group_id {group_id} is not a row of this config's data ({len(rows)} rows)")
+    env = build_env_factory(config)()
+    try:
+        messages, _ = asyncio.run(env.areset(seed=config.trainer.seed + group_id, options=rows[group_id]))
+        return messages, env.tools
+    finally:
+        env.close()
+
+
+def replay(dump: Path, index: int, config: Config, console: Console) -> int:
+    """Show the recorded turns, then every token a re-render does not reproduce; 1 if any differ."""
+    trajectory = read_record(dump, index)
+    template = ChatTemplate(AutoTokenizer.from_pretrained(resolve_model_path(config.model.path)))
+    opening, tools = opening_messages(config, dump, trajectory.group_id)
+    console.print(f"replay {dump} line {index}: group {trajectory.group_id}, {len(trajectory.turns)} turns")
+    console.print(display.messages_view(opening))
+    cursor, offset = 0, len(trajectory.prompt_ids)
+    for number, turn in enumerate(trajectory.turns, start=1):
+        end = min(cursor + len(turn.completion_ids) + len(turn.observation_ids), len(trajectory.response_ids))
+        console.print(
+            f"── turn {number} ── reward {turn.reward:g}, finish {turn.finish_reason}", style="bold"
+        )
+        console.print(
+            display.messages_view([{"role": "assistant", "content": turn.action_text}, *turn.observation])
+        )
+        console.print(
+            display.token_table(
+                template,
+                trajectory.response_ids[cursor:end],
+                trajectory.loss_mask[cursor:end],
+                trajectory.rollout_logprobs[cursor:end],
+                offset + cursor,
+            )
+        )
+        cursor = end
+    console.print(
+        f"episode reward {trajectory.reward:g}, status {trajectory.status.value}, info {trajectory.info}"
+    )
+    differences = rerender_differences(template, opening, tools, trajectory)
+    total = len(trajectory.prompt_ids) + len(trajectory.response_ids)
+    if not differences:
+        console.print(f"re-render: all {total} tokens match what was trained")
+        return 0
+    console.print(
+        f"re-render: {len(differences)} of {total} tokens differ from what was trained", style="bold red"
+    )
+    for difference in differences[:20]:
+        trained = _token(template, difference.trained_id)
+        rendered = _token(template, difference.rendered_id)
+        console.print(
+            f"  turn {difference.turn} position {difference.position}: trained {trained}, re-render {rendered}"
+        )
+    return 1
+
+
+def _token(template: ChatTemplate, token_id: int | None) -> str:
+    if token_id is None:
+        return "(none)"
+    return f"{token_id} {template.tokenizer.decode([token_id], skip_special_tokens=False)!r}"

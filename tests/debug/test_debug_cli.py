@@ -1,0 +1,109 @@
+"""`python -m agentrl.debug` driven through its non-interactive mode, as a bug report transcript would be."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+
+import pytest
+
+from agentrl.debug.__main__ import main
+
+# Row 3 of the math preset's training data (trainer.seed 0) asks "What is 2 * 4?".
+MATH = ["env=math", "env.kwargs.max_attempts=2", "--row", "3"]
+ROW = re.compile(r"^(\d+)\s+(\d+)\s+([01])\s+(\S+)(?: LOW)?\s+('.*')\s*$")
+
+
+def token_rows(output: str) -> list[tuple[int, int, int, str]]:
+    """(position, id, mask, token) of every token-table row printed."""
+    return [(int(m[1]), int(m[2]), int(m[3]), m[5]) for line in output.splitlines() if (m := ROW.match(line))]
+
+
+def run(capsys, tmp_path, args: list[str], script: str) -> tuple[int, str]:
+    path = tmp_path / "commands.txt"
+    path.write_text(script)
+    code = main([*args, "--script", str(path)])
+    return code, capsys.readouterr().out
+
+
+def test_a_typed_wrong_then_right_answer_shows_sampled_tokens_masked_1_the_feedback_masked_0_and_the_rewards(
+    capsys, tmp_path
+):
+    saved = tmp_path / "episode.jsonl"
+    script = f"say \\boxed{{5}}\nsay \\boxed{{8}}\nsave {saved}\n"
+    code, out = run(capsys, tmp_path, [*MATH, "--policy", "human"], script)
+    assert code == 0
+    rows = token_rows(out)
+    assert [(p, i, m) for p, i, m, _ in rows if m == 1] == [
+        (25, 432, 1), (26, 93, 1), (27, 23, 1), (28, 95, 1), (29, 2, 1),
+        (47, 432, 1), (48, 93, 1), (49, 26, 1), (50, 95, 1), (51, 2, 1),
+    ]  # fmt: skip
+    feedback = "".join(ast.literal_eval(token) for _, _, mask, token in rows if mask == 0)
+    assert (
+        feedback
+        == "\n<|im_start|>user\nYour answer is incorrect. Try again.<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert "reward: 0 (episode 0), finish: stop" in out
+    assert "reward: 1 (episode 1), finish: stop" in out
+    assert "status: completed, terminated=True, truncated=False" in out
+    assert "budgets: turns 2/8, episode tokens 52/256, this turn 5/48 new tokens" in out
+    record = json.loads(saved.read_text())
+    assert (record["reward"], record["status"], sum(record["loss_mask"]), len(record["loss_mask"])) == (
+        1.0, "completed", 10, 27,
+    )  # fmt: skip
+
+
+def test_a_saved_episode_replays_and_every_token_matches_a_re_render(capsys, tmp_path):
+    saved = tmp_path / "episode.jsonl"
+    run(capsys, tmp_path, [*MATH, "--policy", "human"], f"say \\boxed{{5}}\nsay \\boxed{{8}}\nsave {saved}\n")
+    code = main(["--replay", str(saved), "--index", "0", "env=math", "env.kwargs.max_attempts=2"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "re-render: all 52 tokens match what was trained" in out
+    assert "── turn 2 ── reward 1, finish stop" in out
+
+
+def test_replay_names_the_turn_and_position_of_a_token_that_differs_from_the_re_render(capsys, tmp_path):
+    saved = tmp_path / "episode.jsonl"
+    run(capsys, tmp_path, [*MATH, "--policy", "human"], f"say \\boxed{{5}}\nsay \\boxed{{8}}\nsave {saved}\n")
+    record = json.loads(saved.read_text())
+    record["response_ids"][9] = 314  # position 34, the feedback's 'Your', overwritten with ' answer'
+    saved.write_text(json.dumps(record) + "\n")
+    code = main(["--replay", str(saved), "--index", "0", "env=math", "env.kwargs.max_attempts=2"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "re-render: 1 of 52 tokens differ from what was trained" in out
+    assert "turn 1 position 34: trained 314 ' answer', re-render 505 'Your'" in out
+
+
+def test_the_model_policy_steps_resamples_side_by_side_rewinds_and_continues_with_an_edited_action(
+    capsys, tmp_path
+):
+    script = "step\nrewind 1\ntemperature 0.5\nsample 3\npick 1\nrewind 1\nsay \\boxed{8}\n"
+    code, out = run(capsys, tmp_path, MATH, script)
+    assert code == 0
+    assert out.count("── turn 1 ──") == 3  # step, pick, say
+    assert "temperature: 0.5" in out
+    assert len(re.findall(r"^│ [0-2] ", out, flags=re.MULTILINE)) == 3  # three samples side by side
+    assert out.rstrip().endswith("budgets: turns 1/8, episode tokens 30/256, this turn 5/48 new tokens")
+    assert "reward: 1 (episode 1), finish: stop" in out.split("debug> say")[-1]
+
+
+def test_a_script_command_that_cannot_run_is_reported_and_the_exit_status_is_1(capsys, tmp_path):
+    code, out = run(capsys, tmp_path, [*MATH, "--policy", "human"], "step\nrewind 7\nfly\n")
+    assert code == 1
+    assert "error: with --policy human a script types each turn: `say TEXT`" in out
+    assert "error: rewind needs a turn in 1..1, got 7" in out
+    assert "error: unknown command 'fly'" in out
+
+
+def test_a_row_outside_the_data_exits_2_with_the_number_of_rows(capsys):
+    assert main(["env=math", "--row", "99999"]) == 2
+    assert "error: --row 99999 is out of range: the training data has 4096 rows" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [["env=math", "actor.clip_ratio_hgh=0.3"]])
+def test_config_typos_fail_before_anything_loads(capsys, args):
+    assert main(args) == 2
+    assert "did you mean 'actor.clip_ratio_high'" in capsys.readouterr().err
