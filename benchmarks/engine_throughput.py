@@ -9,6 +9,11 @@ produces exactly its budget). Measured in the same run, on the same random-weigh
 - optionally, a reference: all requests as one static left-padded `model.generate()` batch,
   which must run every row to the longest budget; only the requested tokens count as output.
 
+It also prints the memory roofline of the engine's run: each decode step must read every weight
+once and the keys/values of every running row, at the device-to-device copy bandwidth measured
+in the same run (bytes read + written per second); the floor is those bytes over that bandwidth,
+summed over the decode steps the engine actually ran.
+
 CPU:  python benchmarks/engine_throughput.py --model tiny --device cpu
 GPU:  python benchmarks/engine_throughput.py --model qwen2.5-0.5b --device cuda --dtype bfloat16 \
           --num-requests 256 --prompt-tokens 64 512 --new-tokens 64 256 --static-reference
@@ -21,6 +26,7 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -40,6 +46,11 @@ MODEL_SHAPES = {
         "num_attention_heads": 14, "num_key_value_heads": 2, "max_position_embeddings": 32768,
         "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
     },
+    "qwen2.5-1.5b": {
+        "vocab_size": 151936, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+        "num_attention_heads": 12, "num_key_value_heads": 2, "max_position_embeddings": 32768,
+        "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
+    },
 }  # fmt: skip
 
 
@@ -56,6 +67,7 @@ class Measurement:
     output_tokens: int
     seconds: float
     num_forward_passes: int  # engine only: prefill + decode passes in the timed region
+    num_decode_steps: int = 0  # engine only: decode passes in the timed region
 
     @property
     def tokens_per_second(self) -> float:
@@ -85,31 +97,101 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
+@dataclass(frozen=True)
+class Roofline:
+    """What a decode step must move through device memory, and how fast this device moves it."""
+
+    weight_bytes: int  # every parameter once (tied matrices once)
+    kv_bytes_per_token: int  # keys + values of one position, all layers
+    copy_bytes_per_second: float  # measured device-to-device copy, bytes read + written
+
+    def tokens_per_second(self, output_tokens: int, num_decode_steps: int, kv_positions_read: int) -> float:
+        """Output tokens over the time to read the weights each step and every row's keys/values."""
+        floor_bytes = num_decode_steps * self.weight_bytes + kv_positions_read * self.kv_bytes_per_token
+        return output_tokens / (floor_bytes / self.copy_bytes_per_second)
+
+
+def measure_copy_bandwidth(device: str, num_bytes: int = 1 << 30, repeats: int = 10) -> float:
+    """Bytes read + written per second by a large device-to-device tensor copy."""
+    source = torch.ones(num_bytes // 4, dtype=torch.float32, device=device)
+    target = torch.empty_like(source)
+    target.copy_(source)  # warm-up
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        target.copy_(source)
+    synchronize(device)
+    return 2 * num_bytes * repeats / (time.perf_counter() - start)
+
+
+def roofline_of(model: PreTrainedModel, device: str) -> Roofline:
+    config = model.config
+    head_dim = config.hidden_size // config.num_attention_heads
+    itemsize = next(model.parameters()).element_size()
+    return Roofline(
+        weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
+        kv_bytes_per_token=2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * itemsize,
+        copy_bytes_per_second=measure_copy_bandwidth(
+            device, num_bytes=(1 << 30) if device != "cpu" else 1 << 27
+        ),
+    )
+
+
+def kv_positions_read(prompt_lengths: Sequence[int], new_tokens: Sequence[int]) -> int:
+    """Cached positions read by decode: the k-th decode step of a request reads prompt + k of them."""
+    return sum(p * (n - 1) + n * (n - 1) // 2 for p, n in zip(prompt_lengths, new_tokens, strict=True))
+
+
+def engine_kwargs(args: argparse.Namespace, prefix_cache: bool = True) -> dict:
+    return {
+        "device": args.device, "max_batch_size": args.max_batch_size,
+        "max_prefill_tokens": args.max_prefill_tokens, "seed": args.seed,
+        "prefix_cache_bytes": int(args.prefix_cache_gib * 2**30) if prefix_cache else 0,
+        "cuda_graphs": not args.no_cuda_graphs,
+    }  # fmt: skip
+
+
 async def run_engine(model: PreTrainedModel, workload: Workload, args: argparse.Namespace) -> Measurement:
-    engine = TransformersEngine(
-        model, [], device=args.device, max_batch_size=args.max_batch_size,
-        max_prefill_tokens=args.max_prefill_tokens, seed=args.seed,
-    )  # fmt: skip
-    async with engine:
-        # Warm-up: kernels, allocator and the scheduler thread, outside the timed region.
-        await asyncio.gather(
-            *[engine.generate(p, SamplingParams(max_new_tokens=4)) for p in workload.prompts[:8]]
-        )
+    # The prefix cache stays off: a rerun of the same prompts would hit it and measure less work.
+    async with TransformersEngine(model, [], **engine_kwargs(args, prefix_cache=False)) as engine:
+
+        async def run_once() -> list:
+            return await asyncio.gather(
+                *[
+                    engine.generate(prompt, SamplingParams(max_new_tokens=n, temperature=1.0))
+                    for prompt, n in zip(workload.prompts, workload.new_tokens, strict=True)
+                ]
+            )
+
+        # Warm-up: the whole workload once, so kernels, the allocator and every CUDA graph bucket
+        # it needs are ready before the timed run.
+        await run_once()
         synchronize(args.device)
         passes_before = engine.stats.num_prefill_steps + engine.stats.num_decode_steps
+        decodes_before = engine.stats.num_decode_steps
         start = time.perf_counter()
-        generations = await asyncio.gather(
-            *[
-                engine.generate(prompt, SamplingParams(max_new_tokens=n, temperature=1.0))
-                for prompt, n in zip(workload.prompts, workload.new_tokens, strict=True)
-            ]
-        )
+        generations = await run_once()
         synchronize(args.device)
         seconds = time.perf_counter() - start
         num_passes = engine.stats.num_prefill_steps + engine.stats.num_decode_steps - passes_before
+        num_decodes = engine.stats.num_decode_steps - decodes_before
+        await time_weight_sync(engine, model)
     output_tokens = sum(len(g.completion_ids) for g in generations)
     assert output_tokens == sum(workload.new_tokens), "EOS is disabled: every request must fill its budget"
-    return Measurement("engine (continuous batching)", len(generations), output_tokens, seconds, num_passes)
+    return Measurement(
+        "engine (continuous batching)", len(generations), output_tokens, seconds, num_passes, num_decodes
+    )
+
+
+async def time_weight_sync(engine: TransformersEngine, model: PreTrainedModel) -> None:
+    """Time `update_weights` with a full state dict already on the engine's device and dtype."""
+    state_dict = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    num_bytes = sum(t.numel() * t.element_size() for t in state_dict.values())
+    start = time.perf_counter()
+    await engine.update_weights(state_dict, version=engine.policy_version + 1)
+    seconds = time.perf_counter() - start
+    print(f"weight sync: {num_bytes / 1e9:.3f} GB state dict on {engine.device}: {seconds * 1e3:.1f} ms "
+          f"end to end, {engine.stats.weight_sync_seconds * 1e3:.1f} ms copying in place")  # fmt: skip
 
 
 def sample_kwargs(max_new_tokens: int) -> dict:
@@ -156,8 +238,9 @@ def run_static_generate(model: PreTrainedModel, workload: Workload, args: argpar
     return Measurement(name, len(workload.prompts), sum(workload.new_tokens), seconds, num_passes)
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser(description: str) -> argparse.ArgumentParser:
+    """The flags both engine benchmarks share."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", choices=sorted(MODEL_SHAPES), default="tiny")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -172,14 +255,27 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--static-reference", action="store_true", help="also time one static generate() batch"
     )
+    parser.add_argument("--prefix-cache-gib", type=float, default=8.0, help="engine prefix-cache budget")
+    parser.add_argument("--no-cuda-graphs", action="store_true", help="decode without CUDA graphs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the measurements to this file")
-    return parser.parse_args()
+    return parser
+
+
+def print_roofline(roofline: Roofline, engine: Measurement, kv_read: int) -> None:
+    ceiling = roofline.tokens_per_second(engine.output_tokens, engine.num_decode_steps, kv_read)
+    rows = engine.output_tokens / max(engine.num_decode_steps, 1)
+    print(
+        f"memory roofline: {roofline.weight_bytes / 1e9:.3f} GB weights + {roofline.kv_bytes_per_token} B KV/token, "
+        f"{rows:.0f} rows per decode step, {roofline.copy_bytes_per_second / 1e9:,.0f} GB/s measured copy: "
+        f"{ceiling:,.0f} tokens/s; engine at {engine.tokens_per_second / ceiling:.1%} of it"
+    )
 
 
 def main() -> None:
-    args = parse_args()
+    args = build_parser(__doc__.split("\n")[0]).parse_args()
     model = build_model(args.model, args.device, getattr(torch, args.dtype))
+    roofline = roofline_of(model, args.device)
     workload = make_workload(args, model.config.vocab_size)
     engine = asyncio.run(run_engine(model, workload, args))
     baseline = run_sequential_generate(model, workload, args)
@@ -196,6 +292,9 @@ def main() -> None:
         print(
             f"ratio engine / static reference: {engine.tokens_per_second / measurements[2].tokens_per_second:.2f}x"
         )
+    print_roofline(
+        roofline, engine, kv_positions_read([len(p) for p in workload.prompts], workload.new_tokens)
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "measurements": [asdict(m) | {"tokens_per_second": m.tokens_per_second}

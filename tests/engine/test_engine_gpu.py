@@ -87,3 +87,45 @@ async def test_a_qwen2_5_0_5b_shaped_bf16_model_stays_within_bf16_rounding_of_a_
     # Measured: bf16 rounding alone gives a mean of about 0.12 nats (CPU and H200 alike), while
     # reading logits one position off gives about 3 nats; a cache or position bug lands far above 0.5.
     assert sum(errors) / len(errors) < 0.5
+
+
+async def test_on_gpu_cuda_graph_decoding_equals_eager_decoding():
+    model = tiny_qwen2(max_position_embeddings=512)
+    params = [SamplingParams(max_new_tokens=300 if i == 0 else 20, temperature=1.0, seed=i) for i in range(4)]
+    results = []
+    for graphs in (True, False):
+        async with TransformersEngine(model, [], device="cuda", cuda_graphs=graphs) as engine:
+            results.append(
+                await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, params, strict=True)])
+            )
+            num_graphs = engine.decode_graphs.num_graphs if graphs else 0
+    assert_same_generations(results[0], results[1])
+    # The first request runs past 256 positions: it ends on a graph of one row and 512 keys.
+    assert num_graphs >= 1
+
+
+async def test_on_gpu_prefix_cache_hits_sample_what_cold_prefill_samples():
+    model = tiny_qwen2(max_position_embeddings=512)
+    prompt = list(range(1, 40))
+    params = [SamplingParams(max_new_tokens=12, temperature=1.0, seed=i) for i in range(4)]
+    runs = {}
+    for budget in (1 << 24, 0):
+        async with TransformersEngine(model, [], device="cuda", prefix_cache_bytes=budget) as engine:
+            runs[budget] = await asyncio.gather(*[engine.generate(prompt, s) for s in params])
+            cached = engine.stats.num_prefix_cached_tokens
+        if budget:
+            assert cached == 3 * 32  # three followers reuse two blocks of 16
+    assert_same_generations(runs[1 << 24], runs[0])
+
+
+async def test_on_gpu_a_bf16_state_dict_on_the_device_is_copied_in_place():
+    model = qwen2_5_0_5b_shaped(torch.bfloat16)
+    state_dict = {name: torch.randn_like(t) for name, t in model.state_dict().items()}
+    async with TransformersEngine(model, [], device="cuda") as engine:
+        pointers = {name: t.data_ptr() for name, t in model.state_dict().items()}
+        await engine.update_weights(state_dict, version=1)
+        print(
+            f"in-place weight copy of the 0.5B shape (bf16, on device): {engine.stats.weight_sync_seconds * 1e3:.1f} ms"
+        )
+    assert all(torch.equal(model.state_dict()[name], t) for name, t in state_dict.items())
+    assert {name: t.data_ptr() for name, t in model.state_dict().items()} == pointers

@@ -1,0 +1,195 @@
+"""Output tokens/s on a multi-turn GRPO workload: the engine with and without its prefix cache.
+
+Episodes come in groups of `--group-size` that share their first prompt. Each episode runs
+`--turns` turns: the engine completes the conversation so far, then an observation of random
+tokens is appended, and the next turn's prompt is the whole history (as the agent loop builds
+it). EOS is disabled, so every turn produces exactly its budget. Measured in the same run, on
+the same random-weight model:
+
+- engine, prefix cache on: every episode is its own task, all running at once;
+- engine, prefix cache off: the same, every prompt prefilled in full;
+- baseline: transformers `generate()`, one static left-padded batch of all episodes per turn
+  (each batch runs to its longest budget; only the requested tokens count as output).
+
+The memory roofline is that of the cached engine's decode steps (see engine_throughput.py).
+
+CPU:  python benchmarks/engine_multiturn.py --model tiny --device cpu
+GPU:  python benchmarks/engine_multiturn.py --model qwen2.5-0.5b --device cuda --dtype bfloat16 \
+          --num-requests 256 --prompt-tokens 64 512 --new-tokens 64 256
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+from engine_throughput import (
+    Measurement,
+    build_model,
+    build_parser,
+    engine_kwargs,
+    kv_positions_read,
+    print_roofline,
+    roofline_of,
+    sample_kwargs,
+    synchronize,
+)
+from transformers import PreTrainedModel
+
+from agentrl.engine import SamplingParams, TransformersEngine
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """Every episode's first prompt, per-turn budgets and observations (fixed before any run)."""
+
+    first_prompts: list[list[int]]  # [num_episodes][prompt tokens]; equal within a group
+    new_tokens: list[list[int]]  # [num_episodes][num_turns]
+    observations: list[list[list[int]]]  # [num_episodes][num_turns - 1][observation tokens]
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """What one run did: prompt lengths and budgets of every generate call, in any order."""
+
+    prompt_lengths: list[int]
+    new_tokens: list[int]
+
+
+def make_episodes(args, vocab_size: int) -> Episodes:
+    rng = random.Random(args.seed)
+    if args.num_requests % args.group_size:
+        raise ValueError(
+            f"--num-requests={args.num_requests} must be a multiple of --group-size={args.group_size}"
+        )
+    first_prompts = []
+    for _ in range(args.num_requests // args.group_size):
+        prompt = [rng.randrange(vocab_size) for _ in range(rng.randint(*args.prompt_tokens))]
+        first_prompts += [prompt] * args.group_size
+    new_tokens = [[rng.randint(*args.new_tokens) for _ in range(args.turns)] for _ in first_prompts]
+    observations = [
+        [[rng.randrange(vocab_size) for _ in range(rng.randint(*args.observation_tokens))] for _ in range(args.turns - 1)]
+        for _ in first_prompts
+    ]  # fmt: skip
+    return Episodes(first_prompts, new_tokens, observations)
+
+
+async def run_engine(
+    model: PreTrainedModel, episodes: Episodes, args, prefix_cache: bool
+) -> tuple[Measurement, Transcript]:
+    async with TransformersEngine(model, [], **engine_kwargs(args, prefix_cache)) as engine:
+        transcript = Transcript([], [])
+
+        async def episode(index: int, seed: int) -> int:
+            prompt, produced = list(episodes.first_prompts[index]), 0
+            for turn, budget in enumerate(episodes.new_tokens[index]):
+                transcript.prompt_lengths.append(len(prompt))
+                transcript.new_tokens.append(budget)
+                params = SamplingParams(max_new_tokens=budget, temperature=1.0, seed=seed + turn)
+                generation = await engine.generate(prompt, params)
+                produced += len(generation.completion_ids)
+                prompt += generation.completion_ids
+                if turn < len(episodes.observations[index]):
+                    prompt += episodes.observations[index][turn]
+            return produced
+
+        async def run_once(seed: int) -> int:
+            return sum(
+                await asyncio.gather(
+                    *[episode(i, seed + 100 * i) for i in range(len(episodes.first_prompts))]
+                )
+            )
+
+        # Warm-up with other seeds: kernels and CUDA graph buckets; then a fresh prefix cache.
+        await run_once(seed=10**6)
+        if engine.prefix_cache is not None:
+            engine.prefix_cache.clear()
+        transcript.prompt_lengths.clear()
+        transcript.new_tokens.clear()
+        synchronize(args.device)
+        before = engine.stats.num_prefill_steps + engine.stats.num_decode_steps, engine.stats.num_decode_steps
+        prompt_before = engine.stats.num_prompt_tokens, engine.stats.num_prefix_cached_tokens
+        start = time.perf_counter()
+        output_tokens = await run_once(seed=args.seed)
+        synchronize(args.device)
+        seconds = time.perf_counter() - start
+        num_passes = engine.stats.num_prefill_steps + engine.stats.num_decode_steps - before[0]
+        num_decodes = engine.stats.num_decode_steps - before[1]
+        prompt_tokens = engine.stats.num_prompt_tokens - prompt_before[0]
+        cached_tokens = engine.stats.num_prefix_cached_tokens - prompt_before[1]
+    assert output_tokens == sum(map(sum, episodes.new_tokens)), "EOS is disabled: every turn fills its budget"
+    name = f"engine, prefix cache {'on' if prefix_cache else 'off'}"
+    print(f"{name}: {cached_tokens:,} of {prompt_tokens:,} prompt tokens read from the prefix cache "
+          f"({cached_tokens / prompt_tokens:.1%})")  # fmt: skip
+    measurement = Measurement(
+        name, len(transcript.new_tokens), output_tokens, seconds, num_passes, num_decodes
+    )
+    return measurement, transcript
+
+
+def run_static_generate(model: PreTrainedModel, episodes: Episodes, args) -> Measurement:
+    """One left-padded `generate()` batch of all episodes per turn; rows keep their own budget."""
+    torch.manual_seed(args.seed)  # generate() samples from the global generator
+    prompts = [list(p) for p in episodes.first_prompts]
+    num_turns = len(episodes.new_tokens[0])
+    synchronize(args.device)
+    start, output_tokens = time.perf_counter(), 0
+    for turn in range(num_turns):
+        budgets = [tokens[turn] for tokens in episodes.new_tokens]
+        width = max(len(p) for p in prompts)
+        input_ids = torch.zeros((len(prompts), width), dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
+            attention_mask[row, width - len(prompt) :] = 1
+        output = model.generate(
+            input_ids=input_ids.to(args.device), attention_mask=attention_mask.to(args.device),
+            **sample_kwargs(max(budgets)),
+        )  # fmt: skip
+        completions = output[:, width:].tolist()
+        for row, budget in enumerate(budgets):
+            prompts[row] += completions[row][:budget]
+            output_tokens += budget
+            if turn < num_turns - 1:
+                prompts[row] += episodes.observations[row][turn]
+    synchronize(args.device)
+    seconds = time.perf_counter() - start
+    name = "baseline: static generate() batch per turn"
+    return Measurement(name, len(prompts) * num_turns, output_tokens, seconds, num_turns)
+
+
+def main() -> None:
+    parser = build_parser(__doc__.split("\n")[0])
+    parser.add_argument("--group-size", type=int, default=8, help="episodes sharing a first prompt")
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--observation-tokens", type=int, nargs=2, default=[8, 32], metavar=("MIN", "MAX"))
+    args = parser.parse_args()
+    model = build_model(args.model, args.device, getattr(torch, args.dtype))
+    roofline = roofline_of(model, args.device)
+    episodes = make_episodes(args, model.config.vocab_size)
+    cached, transcript = asyncio.run(run_engine(model, episodes, args, prefix_cache=True))
+    uncached, _ = asyncio.run(run_engine(model, episodes, args, prefix_cache=False))
+    static = run_static_generate(model, episodes, args)
+    print(f"model={args.model} device={args.device} dtype={args.dtype} episodes={args.num_requests} "
+          f"group_size={args.group_size} turns={args.turns} prompt_tokens={args.prompt_tokens} "
+          f"new_tokens={args.new_tokens} observation_tokens={args.observation_tokens}")  # fmt: skip
+    for m in (static, uncached, cached):
+        print(f"{m.name:45s} {m.num_requests:5d} calls {m.output_tokens:8d} tokens "
+              f"{m.seconds:8.2f} s {m.tokens_per_second:10.1f} tokens/s {m.num_forward_passes:6d} passes")  # fmt: skip
+    print(f"ratio prefix cache on / off: {cached.tokens_per_second / uncached.tokens_per_second:.2f}x")
+    print(
+        f"ratio prefix cache on / static generate(): {cached.tokens_per_second / static.tokens_per_second:.2f}x"
+    )
+    print_roofline(roofline, cached, kv_positions_read(transcript.prompt_lengths, transcript.new_tokens))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "measurements": [asdict(m) | {"tokens_per_second": m.tokens_per_second}
+                                                            for m in (static, uncached, cached)]}, f, indent=2)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
