@@ -1,31 +1,25 @@
-"""Reward stage of the math env: answer equivalence by math_verify in a child process.
+"""Reward stage of the math env: answer equivalence by math_verify in a pool of worker processes.
 
 math_verify bounds its own work with `signal.alarm`, which only works in a process's main
 thread, while envs are stepped from worker threads and event loops. Some answers also make
-sympy run for minutes (`9^{9^{9}}`) while holding the GIL, which would freeze every
-rollout of the process. So grading runs in a child process whose main thread can use
-math_verify's timeouts, and the parent kills the child when even those do not fire.
-
-Its `serve()` function is that child: it reads one JSON request
-per line on stdin and writes one JSON verdict per line on stdout.
+sympy run for minutes (`9^{9^{9}}`) while holding the GIL, which would freeze every rollout of
+the process. So grading runs in a pebble process pool: each worker's main thread can use
+math_verify's timeouts, answers are graded in parallel, and a worker that overruns the
+grader's own limit is killed and replaced by the pool.
 """
 
 from __future__ import annotations
 
 import atexit
 import enum
-import json
+import multiprocessing
 import os
-import select
-import subprocess
-import sys
 import threading
-import time
-from pathlib import Path
+from concurrent.futures import TimeoutError as FutureTimeout
 
-READY_LINE = "ready"
-STARTUP_TIMEOUT_S = 120.0  # importing sympy on a loaded 2-core machine can take a while
-CHILD_OPERATION_TIMEOUT_S = 3  # math_verify's own per-parse / per-comparison limit (whole seconds)
+from pebble import ProcessPool
+
+WORKER_OPERATION_TIMEOUT_S = 3  # math_verify's own per-parse / per-comparison limit (whole seconds)
 
 
 class Verdict(str, enum.Enum):
@@ -50,79 +44,52 @@ def verify_in_this_process(answer: str, ground_truth: str, operation_timeout_s: 
     return bool(gold and predicted and verify(gold, predicted, timeout_seconds=operation_timeout_s))
 
 
-class AnswerGrader:
-    """Grades answers in a child process; thread-safe; one request in flight at a time."""
+def _verify_in_worker(answer: str, ground_truth: str) -> bool:
+    return verify_in_this_process(answer, ground_truth, WORKER_OPERATION_TIMEOUT_S)
 
-    def __init__(self, timeout_s: float = 10.0) -> None:
+
+def _warm_worker() -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import math_verify  # noqa: F401  # import once per worker, so the first grade is fast
+
+
+class AnswerGrader:
+    """Grades answers in worker processes; thread-safe; up to `max_workers` grades run at once."""
+
+    def __init__(self, timeout_s: float = 10.0, max_workers: int = 2) -> None:
         if not timeout_s > 0:
             raise ValueError(f"grading timeout_s must be > 0 seconds, got {timeout_s}")
-        self.timeout_s = timeout_s
-        self._process: subprocess.Popen[str] | None = None
+        if max_workers < 1:
+            raise ValueError(f"grading max_workers must be >= 1, got {max_workers}")
+        self.timeout_s, self.max_workers = timeout_s, max_workers
+        self._pool: ProcessPool | None = None
         self._lock = threading.Lock()
 
     def grade(self, answer: str, ground_truth: str) -> Verdict:
         """Whether `answer` is mathematically equivalent to `ground_truth`."""
-        request = json.dumps({"answer": answer, "ground_truth": ground_truth}) + "\n"
-        with self._lock:
-            process = self._running_process()
-            process.stdin.write(request)
-            process.stdin.flush()
-            line = self._read_line(process, self.timeout_s)
-            if line is None:
-                self._stop()  # the child may be stuck in C code; only a kill frees it
-                return Verdict.TIMED_OUT
-        return Verdict.CORRECT if json.loads(line)["correct"] else Verdict.INCORRECT
+        future = self._running_pool().schedule(_verify_in_worker, args=(answer, ground_truth), timeout=self.timeout_s)
+        try:
+            return Verdict.CORRECT if future.result() else Verdict.INCORRECT
+        except FutureTimeout:  # the pool killed the stuck worker and starts a fresh one
+            return Verdict.TIMED_OUT
 
     def close(self) -> None:
         with self._lock:
-            self._stop()
+            if self._pool is not None:
+                self._pool.stop()
+                self._pool.join()
+                self._pool = None
 
-    def _running_process(self) -> subprocess.Popen[str]:
-        if self._process is not None and self._process.poll() is None:
-            return self._process
-        repository_root = str(Path(__file__).resolve().parents[2])
-        environment = dict(os.environ)
-        environment["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [repository_root, environment.get("PYTHONPATH")])
-        )
-        environment["OMP_NUM_THREADS"] = "1"
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", "from envs.math.grader import serve; serve()"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=environment,
-        )
-        if self._read_line(self._process, STARTUP_TIMEOUT_S) != READY_LINE:
-            self._stop()
-            raise RuntimeError("the math grader process failed to start; see its stderr above")
-        return self._process
-
-    def _read_line(self, process: subprocess.Popen[str], timeout_s: float) -> str | None:
-        """The child's next line, None on timeout; raises if the child died."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            readable, _, _ = select.select([process.stdout], [], [], remaining)
-            if readable:
-                break
-        line = process.stdout.readline()
-        if not line:
-            code = process.wait()
-            self._process = None
-            raise RuntimeError(f"the math grader process exited with code {code}; see its stderr above")
-        return line.rstrip("\n")
-
-    def _stop(self) -> None:
-        if self._process is None:
-            return
-        self._process.kill()
-        self._process.wait()
-        for stream in (self._process.stdin, self._process.stdout):
-            stream.close()
-        self._process = None
+    def _running_pool(self) -> ProcessPool:
+        with self._lock:
+            if self._pool is None:
+                # spawn: forking a process that holds torch's threads and CUDA state is unsafe.
+                self._pool = ProcessPool(
+                    max_workers=self.max_workers,
+                    initializer=_warm_worker,
+                    context=multiprocessing.get_context("spawn"),
+                )
+            return self._pool
 
 
 _shared_grader: AnswerGrader | None = None
@@ -137,16 +104,3 @@ def shared_grader() -> AnswerGrader:
             _shared_grader = AnswerGrader()
             atexit.register(_shared_grader.close)
         return _shared_grader
-
-
-def serve() -> None:
-    """Child side: answer grading requests until stdin closes."""
-    import math_verify  # noqa: F401  # import before announcing readiness so requests are fast
-
-    print(READY_LINE, flush=True)
-    for line in sys.stdin:
-        request = json.loads(line)
-        correct = verify_in_this_process(
-            request["answer"], request["ground_truth"], CHILD_OPERATION_TIMEOUT_S
-        )
-        print(json.dumps({"correct": correct}), flush=True)

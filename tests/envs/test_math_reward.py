@@ -88,3 +88,16 @@ def test_an_answer_that_cannot_be_compared_in_time_times_out_and_the_grader_reco
 def test_a_non_positive_grading_timeout_is_rejected():
     with pytest.raises(ValueError, match="timeout_s must be > 0"):
         AnswerGrader(timeout_s=0)
+
+
+def test_many_answers_graded_at_once_by_a_pool_of_two_workers_each_get_their_own_verdict():
+    grader = AnswerGrader(max_workers=2)
+    try:
+        assert grader.grade("1", "1") is Verdict.CORRECT  # workers up and warm
+
+        async def grade_many():
+            return await asyncio.gather(*(asyncio.to_thread(grader.grade, str(n), "4") for n in range(6)))
+
+        assert asyncio.run(grade_many()) == [Verdict.INCORRECT] * 4 + [Verdict.CORRECT, Verdict.INCORRECT]
+    finally:
+        grader.close()
