@@ -52,6 +52,23 @@ class ActorConfig(BaseModel):
     entropy_coeff: float = Field(
         0.0, ge=0, description="Weight of the entropy bonus (subtracted from the loss)."
     )
+    report_entropy: bool = Field(
+        False,
+        description="Compute actor/entropy even when entropy_coeff is 0 (one more pass over the vocabulary per token).",
+    )
+    sequence_packing: bool = Field(
+        True,
+        description="Concatenate a micro-batch's sequences into one row with per-sequence causal attention: no padding.",
+    )
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Recompute each decoder layer's activations in backward instead of storing them (less memory, ~1/3 more compute).",
+    )
+    logprob_chunk_size: int = Field(
+        2048,
+        ge=1,
+        description="Tokens per chunk of the language-model head; bounds its float32 [chunk, vocab] logits.",
+    )
     grad_clip: float = Field(1.0, gt=0, description="Max global L2 norm of the gradient.")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer settings.")
 

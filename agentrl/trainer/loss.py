@@ -29,14 +29,18 @@ METRIC_NAMES = (
 
 def micro_batch_loss(
     logprobs: torch.Tensor,  # [B, T] current policy, with gradient
-    entropy: torch.Tensor,  # [B, T] entropy of each token's predicting distribution
+    entropy: torch.Tensor | None,  # [B, T] entropy of each token's predicting distribution, if computed
     micro: TrainBatch,
     actor: ActorConfig,
     global_num_tokens: float,
     global_num_sequences: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # loss [], metric shares [len(METRIC_NAMES)]
-    """This micro-batch's share of the mini-batch loss, and its share of each metric."""
+    """This micro-batch's share of the mini-batch loss, and its share of each metric.
+
+    `entropy` may be None when entropy_coeff is 0; its metric share is then 0.
+    """
     assert micro.old_logprobs is not None  # checked by the caller with a user-facing error
+    assert entropy is not None or actor.entropy_coeff == 0
     mask = micro.loss_mask
 
     def reduce(per_token: torch.Tensor) -> torch.Tensor:
@@ -59,8 +63,12 @@ def micro_batch_loss(
         actor.clip_ratio_c,
     )
     pg_loss = reduce(per_token_pg)
-    entropy_term = reduce(entropy)
-    loss = pg_loss - actor.entropy_coeff * entropy_term
+    loss = pg_loss
+    entropy_term = torch.zeros((), device=logprobs.device)
+    if entropy is not None:
+        entropy_term = reduce(entropy)
+        if actor.entropy_coeff > 0:  # otherwise a metric only: no gradient through the entropy
+            loss = loss - actor.entropy_coeff * entropy_term
     kl_loss = torch.zeros((), device=logprobs.device)
     if actor.use_kl_loss:
         assert micro.ref_logprobs is not None

@@ -8,21 +8,25 @@ sequence counts make the loss independent of the number of ranks and micro-batch
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+from torch.utils.checkpoint import checkpoint
 from transformers import AutoModelForCausalLM
 
 from agentrl.trainer.actor_config import ActorConfig
 from agentrl.trainer.batch import TrainBatch
 from agentrl.trainer.distributed import all_gather_rows, all_reduce_sum, barrier, init_distributed
+from agentrl.trainer.document_attention import register_document_attention
 from agentrl.trainer.loss import METRIC_NAMES, micro_batch_loss
+from agentrl.trainer.packing import scatter_scores, scoring_inputs
+from agentrl.trainer.scorer import CausalLMScorer
 
 # Files of a Hugging Face checkpoint that belong to the tokenizer and chat template.
 TOKENIZER_FILES = (
@@ -72,34 +76,42 @@ class PolicyWorker:
 
     def _build_model(self, dtype: torch.dtype) -> torch.nn.Module:
         # Master weights stay float32; `dtype` is the compute dtype of forward and backward.
-        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
+        attention = (
+            {"attn_implementation": register_document_attention()} if self.actor.sequence_packing else {}
+        )
+        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32, **attention)
         model.to(self.context.device)
         model.eval()  # no dropout: old, new and reference logprobs must agree on identical weights
         model.requires_grad_(self.trainable)
+        self.scorer = CausalLMScorer(model, self.temperature, self.actor.logprob_chunk_size)
         mixed_precision = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
         layer_classes = set(getattr(model, "_no_split_modules", None) or ())
         for module in model.modules():
             if type(module).__name__ in layer_classes:
+                if self.actor.gradient_checkpointing:
+                    # Checkpoint the layer's forward, not its __call__: FSDP's hooks stay outside, so
+                    # the layer's weights are gathered again for the recompute in backward.
+                    module.forward = functools.partial(checkpoint, module.forward, use_reentrant=False)
                 fully_shard(module, mesh=self.context.mesh, mp_policy=mixed_precision)
-        fully_shard(model, mesh=self.context.mesh, mp_policy=mixed_precision)
+        # The scorer is the root: its forward, not the model's, is what every pass calls.
+        fully_shard(self.scorer, mesh=self.context.mesh, mp_policy=mixed_precision)
         return model
 
-    def _forward(self, micro: TrainBatch, with_entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logprob of each token and entropy of the distribution that predicted it, [B, T] each."""
-        micro = micro.to(self.context.device)
-        logits = self.model(
-            input_ids=micro.input_ids,
-            attention_mask=micro.attention_mask,
-            position_ids=micro.position_ids,
-            use_cache=False,
-        ).logits
-        # The engine samples from log_softmax(logits / temperature); the ratio must use the same.
-        log_probs = F.log_softmax(logits[:, :-1].float() / self.temperature, dim=-1)  # [B, T-1, V]
-        token_logprobs = log_probs.gather(-1, micro.input_ids[:, 1:, None]).squeeze(-1)
-        with torch.set_grad_enabled(with_entropy_grad and torch.is_grad_enabled()):
-            entropy = -(log_probs.exp() * log_probs).sum(-1)
-        # Position 0 has no predicting logit; it is never a loss token.
-        return F.pad(token_logprobs, (1, 0)), F.pad(entropy, (1, 0))
+    def _forward(self, micro: TrainBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logprob of each scored token and (if asked) its predicting distribution's entropy, [B, T] each.
+
+        Scored tokens are those with loss mask 1; every other position holds 0.
+        """
+        inputs = scoring_inputs(
+            micro.input_ids,
+            micro.attention_mask,
+            micro.position_ids,
+            micro.loss_mask > 0,
+            pack=self.actor.sequence_packing,
+        ).to(self.context.device)
+        scores = self.scorer(inputs, with_entropy)
+        entropy = None if scores.entropy is None else scatter_scores(scores.entropy, inputs)
+        return scatter_scores(scores.logprobs, inputs), entropy
 
     def _rank_rows(self, num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's contiguous slice of `num_rows` rows, and which of them are real.
@@ -113,14 +125,23 @@ class PolicyWorker:
         return rows.clamp(max=num_rows - 1), rows < num_rows
 
     @torch.no_grad()
-    def compute_logprobs(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logprobs [B, T], entropy [B, T]) of every token under this policy, on CPU, float32."""
+    def compute_logprobs(
+        self, batch: TrainBatch, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(logprobs [B, T], entropy [B, T] or None) of the loss-mask tokens, 0 elsewhere; CPU, float32.
+
+        The entropy is computed (and gathered over ranks) only when `with_entropy` is set.
+        """
         rows, _ = self._rank_rows(batch.num_sequences)
         local = batch.select(rows)
-        outputs = [self._forward(local.select(chunk), False) for chunk in self._micro_chunks(len(rows))]
-        logprobs = all_gather_rows(torch.cat([logprob for logprob, _ in outputs]))
+        outputs = [
+            self._forward(local.select(chunk), with_entropy) for chunk in self._micro_chunks(len(rows))
+        ]
+        logprobs = all_gather_rows(torch.cat([logprob for logprob, _ in outputs]))[: batch.num_sequences]
+        if not with_entropy:
+            return logprobs.cpu(), None
         entropy = all_gather_rows(torch.cat([entropy for _, entropy in outputs]))
-        return logprobs[: batch.num_sequences].cpu(), entropy[: batch.num_sequences].cpu()
+        return logprobs.cpu(), entropy[: batch.num_sequences].cpu()
 
     def _micro_chunks(self, num_rows: int) -> list[torch.Tensor]:
         return list(torch.arange(num_rows).split(self.actor.ppo_micro_batch_size_per_gpu))
@@ -163,15 +184,23 @@ class PolicyWorker:
         local = replace(local, loss_mask=local.loss_mask * is_real[:, None])
         sums = torch.zeros(len(METRIC_NAMES), device=self.context.device)
         for chunk in self._micro_chunks(len(rows)):
-            micro = local.select(chunk).to(self.context.device)
-            logprobs, entropy = self._forward(micro, with_entropy_grad=self.actor.entropy_coeff > 0)
+            micro = local.select(chunk)
+            logprobs, entropy = self._forward(micro, with_entropy=self._wants_entropy)
+            micro = micro.to(self.context.device)
             loss, metrics = micro_batch_loss(
                 logprobs, entropy, micro, self.actor, global_num_tokens, global_num_sequences
             )
             # FSDP averages gradients over ranks; the loss shares are meant to be summed.
             (loss * self.context.world_size).backward()
             sums += metrics
-        return self._optimizer_step(all_reduce_sum(sums))
+        metrics = self._optimizer_step(all_reduce_sum(sums))
+        if not self._wants_entropy:
+            del metrics["actor/entropy"]  # never computed: reporting 0 would be a lie
+        return metrics
+
+    @property
+    def _wants_entropy(self) -> bool:
+        return self.actor.entropy_coeff > 0 or self.actor.report_entropy
 
     def _optimizer_step(self, metric_sums: torch.Tensor) -> dict[str, float]:
         assert self.optimizer is not None and self.scheduler is not None
@@ -187,10 +216,27 @@ class PolicyWorker:
         metrics.update({"actor/grad_norm": float(grad_norm), "actor/lr": lr})
         return metrics
 
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """Unsharded weights on CPU, keyed like the Hugging Face model; empty on ranks other than 0."""
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return get_model_state_dict(self.model, options=options)
+    def full_state_dict(
+        self, device: str | torch.device | None = "cpu", dtype: torch.dtype | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Unsharded weights keyed like the Hugging Face model, on every rank.
+
+        `device="cpu"` (the default) gives CPU copies; `device=None` leaves them on this worker's
+        device, so an engine on the same GPU can copy them in without a round trip through host
+        memory. `dtype` (e.g. the engine's bfloat16) casts each shard before it is gathered, which
+        also halves the bytes gathered. Tied weights stay one tensor under both names.
+        """
+        target = self.context.device if device is None else torch.device(device)
+        gathered: dict[int, torch.Tensor] = {}
+        state_dict = {}
+        for name, tensor in self.model.state_dict(keep_vars=True).items():
+            if id(tensor) not in gathered:
+                local = tensor.detach() if dtype is None else tensor.detach().to(dtype)
+                full = local.full_tensor() if isinstance(local, DTensor) else local
+                # copy=True: with one rank the gathered tensor can be the live parameter itself.
+                gathered[id(tensor)] = full.to(target, copy=True)
+            state_dict[name] = gathered[id(tensor)]
+        return state_dict
 
     def save_hf(self, path: str | Path) -> None:
         """Write a Hugging Face checkpoint to `path`: config and weights, plus model_path's tokenizer files."""

@@ -5,8 +5,8 @@ import torch
 
 from agentrl.trainer.actor_config import ActorConfig
 from agentrl.trainer.batch import build_train_batch
-from agentrl.trainer.policy_worker import PolicyWorker
 from agentrl.trainer.checkpoint import checkpoint_steps, load_latest_checkpoint, save_checkpoint
+from agentrl.trainer.policy_worker import PolicyWorker
 from tests.trainer.tiny_model import PAD_TOKEN_ID, short_trajectory, two_turn_trajectory
 
 CONFIG = ActorConfig(

@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from agentrl.trainer.actor_config import ActorConfig
 from agentrl.trainer.batch import build_train_batch
 from agentrl.trainer.policy_worker import PolicyWorker
-from tests.trainer.tiny_model import PAD_TOKEN_ID, short_trajectory, two_turn_trajectory
+from tests.trainer.tiny_model import PAD_TOKEN_ID, short_trajectory, two_turn_trajectory, write_tiny_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,40 +35,69 @@ def actor_config(**overrides) -> ActorConfig:
     return ActorConfig(**{**settings, **overrides})
 
 
-def test_compute_logprobs_matches_log_softmax_of_tempered_logits(tiny_model_dir):
-    batch = multi_turn_batch()
-    worker = PolicyWorker(tiny_model_dir, actor_config(ppo_micro_batch_size_per_gpu=2), temperature=0.7)
-    logprobs, entropy = worker.compute_logprobs(batch)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+def full_logits_reference(model_dir, batch, temperature):
+    """Logprobs [B, T] and entropy [B, T] of every token from the model's own full logits."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
     with torch.no_grad():
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    log_probs = F.log_softmax(logits.float() / 0.7, dim=-1)
+    log_probs = F.log_softmax(logits.float() / temperature, dim=-1)
     # logits at position t - 1 predict token t
-    expected = log_probs[:, :-1].gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
-    expected_entropy = -(log_probs.exp() * log_probs).sum(-1)[:, :-1]
-    real = batch.attention_mask[:, 1:].bool()
-    assert_close(logprobs[:, 1:][real], expected[real], atol=1e-5, rtol=1e-5)
-    assert_close(entropy[:, 1:][real], expected_entropy[real], atol=1e-5, rtol=1e-5)
-    assert logprobs[:, 0].tolist() == [0.0, 0.0, 0.0]
+    logprobs = log_probs[:, :-1].gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+    entropy = -(log_probs.exp() * log_probs).sum(-1)[:, :-1]
+    return F.pad(logprobs, (1, 0)), F.pad(entropy, (1, 0))
 
 
-def test_loss_gradient_is_exactly_zero_at_prompt_and_observation_logits(tiny_model_dir):
+@pytest.mark.parametrize("sequence_packing", [True, False])
+def test_compute_logprobs_matches_log_softmax_of_tempered_logits_on_sampled_tokens(
+    tiny_model_dir, sequence_packing
+):
     batch = multi_turn_batch()
-    config = actor_config(use_kl_loss=True, kl_loss_type="k3+", entropy_coeff=0.01)
+    actor = actor_config(
+        ppo_micro_batch_size_per_gpu=2, sequence_packing=sequence_packing, logprob_chunk_size=3
+    )
+    worker = PolicyWorker(tiny_model_dir, actor, temperature=0.7)
+    logprobs, entropy = worker.compute_logprobs(batch, with_entropy=True)
+    expected, expected_entropy = full_logits_reference(tiny_model_dir, batch, 0.7)
+    sampled = batch.loss_mask > 0
+    assert_close(logprobs[sampled], expected[sampled], atol=1e-5, rtol=1e-5)
+    assert_close(entropy[sampled], expected_entropy[sampled], atol=1e-5, rtol=1e-5)
+    # prompt, observation and padding tokens are never scored
+    assert (logprobs[~sampled] == 0).all() and (entropy[~sampled] == 0).all()
+
+
+def test_compute_logprobs_returns_no_entropy_unless_asked(tiny_model_dir):
+    worker = PolicyWorker(tiny_model_dir, actor_config())
+    logprobs, entropy = worker.compute_logprobs(multi_turn_batch())
+    assert entropy is None
+    assert logprobs.shape == (3, 9)
+
+
+@pytest.mark.parametrize("sequence_packing", [True, False])
+def test_loss_gradient_is_exactly_zero_at_prompt_and_observation_hidden_states(
+    tiny_model_dir, sequence_packing
+):
+    batch = multi_turn_batch()
+    config = actor_config(
+        use_kl_loss=True, kl_loss_type="k3+", entropy_coeff=0.01, sequence_packing=sequence_packing
+    )
     worker = PolicyWorker(tiny_model_dir, config)
     batch.old_logprobs, _ = worker.compute_logprobs(batch)
     batch.ref_logprobs = batch.old_logprobs + 0.3
     captured = []
 
-    def keep_logits(module, inputs, output):
+    def keep_hidden(module, inputs, output):
         output.retain_grad()
         captured.append(output)
 
-    handle = worker.model.lm_head.register_forward_hook(keep_logits)
+    handle = worker.model.model.norm.register_forward_hook(keep_hidden)
     worker.update(batch)
     handle.remove()
-    # one mini-batch (two groups), one micro-batch: all three rows; the logits at t predict token t + 1
-    grad_norms = captured[0].grad.abs().sum(-1)  # [3, T]
+    # one mini-batch (two groups), one micro-batch: all three rows; the state at t predicts token t + 1
+    grad_norms = captured[0].grad.abs().sum(-1)  # [3, T] padded, [1, 16] packed
+    if sequence_packing:
+        grad_norms = torch.zeros(batch.input_ids.shape).masked_scatter(
+            batch.attention_mask.bool(), grad_norms
+        )
     predicts_sampled = batch.loss_mask[:, 1:] > 0
     assert (grad_norms[:, :-1][~predicts_sampled] == 0).all()
     assert (grad_norms[:, -1] == 0).all()
@@ -77,7 +106,7 @@ def test_loss_gradient_is_exactly_zero_at_prompt_and_observation_logits(tiny_mod
     assert (grad_norms[0] > 0).tolist() == [False, True, True, False, False, False, True, True, False]
 
 
-def test_one_update_changes_the_weights_and_reports_every_metric(tiny_model_dir):
+def test_one_update_changes_the_weights_and_reports_every_computed_metric(tiny_model_dir):
     batch = multi_turn_batch()
     worker = PolicyWorker(tiny_model_dir, actor_config(use_kl_loss=True))
     before = {name: tensor.clone() for name, tensor in worker.full_state_dict().items()}
@@ -86,10 +115,10 @@ def test_one_update_changes_the_weights_and_reports_every_metric(tiny_model_dir)
     metrics = worker.update(batch)
     after = worker.full_state_dict()
     assert any(not torch.equal(before[name], after[name]) for name in before)
+    # entropy_coeff is 0 and report_entropy is off: the entropy is never computed, so not reported
     assert set(metrics) == {
         "actor/pg_loss",
         "actor/kl_loss",
-        "actor/entropy",
         "actor/pg_clipfrac",
         "actor/pg_clipfrac_lower",
         "actor/ppo_kl",
@@ -100,11 +129,28 @@ def test_one_update_changes_the_weights_and_reports_every_metric(tiny_model_dir)
     assert metrics["actor/lr"] == 1e-2
 
 
-def test_micro_batch_size_does_not_change_the_update(tiny_model_dir):
+def test_report_entropy_adds_the_token_mean_entropy_without_changing_the_update(tiny_model_dir):
+    results = []
+    for report_entropy in (False, True):
+        batch = multi_turn_batch()
+        worker = PolicyWorker(tiny_model_dir, actor_config(report_entropy=report_entropy))
+        batch.old_logprobs, entropy = worker.compute_logprobs(batch, with_entropy=True)
+        results.append((worker.update(batch), worker.full_state_dict()))
+    (plain, plain_state), (reported, reported_state) = results
+    sampled = batch.loss_mask > 0
+    assert reported["actor/entropy"] == pytest.approx(float(entropy[sampled].mean()), rel=1e-5)
+    assert reported["actor/grad_norm"] == plain["actor/grad_norm"]
+    for name, tensor in plain_state.items():
+        assert torch.equal(reported_state[name], tensor)
+
+
+@pytest.mark.parametrize("sequence_packing", [True, False])
+def test_micro_batch_size_does_not_change_the_update(tiny_model_dir, sequence_packing):
     results = []
     for micro_batch_size in (1, 2, 4):
         batch = multi_turn_batch()
-        worker = PolicyWorker(tiny_model_dir, actor_config(ppo_micro_batch_size_per_gpu=micro_batch_size))
+        actor = actor_config(ppo_micro_batch_size_per_gpu=micro_batch_size, sequence_packing=sequence_packing)
+        worker = PolicyWorker(tiny_model_dir, actor)
         batch.old_logprobs, _ = worker.compute_logprobs(batch)
         metrics = worker.update(batch)
         results.append((metrics, worker.full_state_dict()))
@@ -116,6 +162,72 @@ def test_micro_batch_size_does_not_change_the_update(tiny_model_dir):
         )
         for name, tensor in state.items():
             assert_close(tensor, reference_state[name], atol=1e-6, rtol=1e-5)
+
+
+def updated(model_dir, **overrides):
+    """Metrics and weights after one update with KL and entropy terms, under `overrides`."""
+    batch = multi_turn_batch()
+    actor = actor_config(
+        loss_agg_mode="seq-mean-token-sum-norm", use_kl_loss=True, entropy_coeff=0.01, **overrides
+    )
+    worker = PolicyWorker(model_dir, actor, temperature=0.8)
+    batch.old_logprobs, _ = worker.compute_logprobs(batch)
+    batch.ref_logprobs = batch.old_logprobs - 0.2
+    return worker.update(batch), worker.full_state_dict()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"sequence_packing": True}, {"gradient_checkpointing": True}, {"logprob_chunk_size": 1}],
+    ids=["packing", "checkpointing", "chunk_size_1"],
+)
+def test_packing_checkpointing_and_chunk_size_give_the_loss_and_gradients_of_the_padded_path(
+    tiny_model_dir, overrides
+):
+    baseline = {"sequence_packing": False, "gradient_checkpointing": False, "logprob_chunk_size": 2048}
+    padded_metrics, padded_state = updated(tiny_model_dir, **baseline)
+    metrics, state = updated(tiny_model_dir, **{**baseline, **overrides})
+    for name in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
+        assert metrics[name] == pytest.approx(padded_metrics[name], rel=1e-5, abs=1e-7)
+    for name, tensor in state.items():
+        assert_close(tensor, padded_state[name], atol=1e-6, rtol=1e-5)
+
+
+def test_gradient_checkpointing_recomputes_each_layer_in_backward(tiny_model_dir):
+    calls = {}
+    for checkpointing in (False, True):
+        batch = multi_turn_batch()
+        worker = PolicyWorker(tiny_model_dir, actor_config(gradient_checkpointing=checkpointing))
+        batch.old_logprobs, _ = worker.compute_logprobs(batch)
+        mlp = worker.model.model.layers[0].mlp
+        count = []
+        # a pre-hook: the recompute stops as soon as the last saved tensor is rebuilt, inside the MLP
+        handle = mlp.register_forward_pre_hook(lambda *args, count=count: count.append(1))
+        worker.update(batch)
+        handle.remove()
+        calls[checkpointing] = len(count)
+    # one mini-batch, one micro-batch: one forward, plus one recompute when checkpointing
+    assert calls == {False: 1, True: 2}
+
+
+def test_full_state_dict_in_the_engine_dtype_on_the_worker_device_is_a_copy(tiny_model_dir):
+    worker = PolicyWorker(tiny_model_dir, actor_config())
+    float32 = worker.full_state_dict()
+    bf16 = worker.full_state_dict(device=None, dtype=torch.bfloat16)
+    assert bf16.keys() == float32.keys()
+    for name, tensor in bf16.items():
+        assert tensor.dtype == torch.bfloat16 and tensor.device == worker.context.device
+        assert torch.equal(tensor, float32[name].to(torch.bfloat16))
+    bf16["model.norm.weight"].add_(1.0)
+    assert torch.equal(worker.full_state_dict()["model.norm.weight"], float32["model.norm.weight"])
+
+
+def test_full_state_dict_keeps_tied_weights_one_tensor(tmp_path):
+    model_dir = write_tiny_model(tmp_path, tie_word_embeddings=True)
+    state = PolicyWorker(model_dir, actor_config()).full_state_dict(dtype=torch.bfloat16)
+    assert state["lm_head.weight"] is state["model.embed_tokens.weight"]
+    loaded = AutoModelForCausalLM.from_pretrained(model_dir)
+    assert torch.equal(state["model.embed_tokens.weight"], loaded.lm_head.weight.detach().bfloat16())
 
 
 def test_a_reference_worker_cannot_update(tiny_model_dir):

@@ -14,7 +14,7 @@ VOCAB_SIZE = 32
 PAD_TOKEN_ID = 0
 
 
-def write_tiny_model(directory: Path, seed: int = 0) -> Path:
+def write_tiny_model(directory: Path, seed: int = 0, tie_word_embeddings: bool = False) -> Path:
     """Save a 2-layer, 16-wide Qwen2 with random weights and its tokenizer into `directory`."""
     vocab = {"<pad>": PAD_TOKEN_ID, "<eos>": 1, **{f"w{i}": i for i in range(2, VOCAB_SIZE)}}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
@@ -28,7 +28,7 @@ def write_tiny_model(directory: Path, seed: int = 0) -> Path:
         num_attention_heads=2,
         num_key_value_heads=1,
         max_position_embeddings=64,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie_word_embeddings,
         pad_token_id=PAD_TOKEN_ID,
         eos_token_id=1,
     )

@@ -1,0 +1,69 @@
+"""Training stage, model side: causal attention over packed sequences, one document at a time.
+
+A packed micro-batch is one row of concatenated sequences ("documents") whose position ids
+restart at 0 for each. Attention must stay inside each document. transformers' stock
+attention would express that as a dense [N, N] mask (4 GiB of booleans for 64k tokens) and
+compute every off-diagonal block only to mask it out; here each document gets its own causal
+scaled-dot-product attention, which runs on the flash kernel on CUDA and reads grouped K/V
+heads without expanding them. No token attends across a document boundary, and no work is
+spent on padding or on masked-out blocks.
+
+The document lengths travel as a Python tuple through the model's keyword arguments
+(transformers passes unknown ones down to the attention function), so slicing needs no
+device-to-host copy.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+
+DOCUMENT_ATTENTION = "agentrl_document_causal"
+
+
+def document_causal_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,  # [1, num_heads, N, head_dim]
+    key: torch.Tensor,  # [1, num_kv_heads, N, head_dim]
+    value: torch.Tensor,  # [1, num_kv_heads, N, head_dim]
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    sliding_window: int | None = None,
+    document_lengths: tuple[int, ...] | None = None,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:  # [1, N, num_heads, head_dim]
+    """transformers attention function: causal attention within each packed document."""
+    if document_lengths is None or query.shape[0] != 1 or sum(document_lengths) != query.shape[2]:
+        raise ValueError(
+            f"{DOCUMENT_ATTENTION} needs one packed row and document_lengths summing to its length; "
+            f"got query {tuple(query.shape)} and document_lengths {document_lengths}"
+        )
+    if sliding_window is not None or dropout != 0.0:
+        raise ValueError(
+            f"{DOCUMENT_ATTENTION} supports full causal attention without dropout; got "
+            f"sliding_window={sliding_window}, dropout={dropout}: set actor.sequence_packing=false"
+        )
+    outputs = []
+    start = 0
+    for length in document_lengths:
+        end = start + length
+        outputs.append(
+            F.scaled_dot_product_attention(
+                query[:, :, start:end],
+                key[:, :, start:end],
+                value[:, :, start:end],
+                is_causal=True,
+                scale=scaling,
+                enable_gqa=key.shape[1] != query.shape[1],
+            )
+        )
+        start = end
+    return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
+
+
+def register_document_attention() -> str:
+    """Make DOCUMENT_ATTENTION a valid `attn_implementation` for transformers models; returns the name."""
+    AttentionInterface.register(DOCUMENT_ATTENTION, document_causal_attention)
+    return DOCUMENT_ATTENTION
