@@ -163,15 +163,6 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_rewards_tokens_and_weight
         torch.testing.assert_close(resumed_weights[name], tensor, rtol=0, atol=1e-6)
 
 
-def test_a_step_whose_checkpoint_exists_always_has_its_metrics_line(tmp_path):
-    overrides = ["env=math", "trainer.total_training_steps=3", "trainer.save_freq=1", "trainer.logger=[console]",
-                 "trainer.val_before_train=false", *TINY]  # fmt: skip
-    assert train(tmp_path, *overrides).returncode == 0
-    logged = {record["step"] for record in metrics(tmp_path)}
-    saved = {int(path.name.removeprefix("step_")) for path in (tmp_path / "checkpoints").glob("step_*")}
-    assert saved and saved <= logged
-
-
 def test_an_unknown_env_id_reads_like_a_config_error(tmp_path):
     result = train(tmp_path, "env=math", "env.id=maht")
     assert result.returncode == 2

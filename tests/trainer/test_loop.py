@@ -196,6 +196,27 @@ def test_training_files_without_val_files_hold_out_a_seeded_split_and_say_so(tmp
         load_task_data(load_config(["data.generator=null", f"data.train_files=[{path}]", "data.val_size=10"]))
 
 
+def test_a_crash_between_a_steps_work_and_its_records_never_loses_its_metrics_line(tmp_path, monkeypatch):
+    from agentrl import metrics as metrics_module
+
+    original_log = metrics_module.MetricsLogger.log
+
+    def crash_at_step_2(self, step, values):
+        if step == 2:
+            raise KeyboardInterrupt("killed while recording step 2")
+        original_log(self, step, values)
+
+    overrides = ("trainer.total_training_steps=3", "trainer.save_freq=1", "trainer.val_before_train=false")
+    trainer, _ = scripted_trainer(tmp_path, *overrides)
+    monkeypatch.setattr(metrics_module.MetricsLogger, "log", crash_at_step_2)
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(trainer.fit())
+    monkeypatch.setattr(metrics_module.MetricsLogger, "log", original_log)
+    resumed, _ = scripted_trainer(tmp_path, *overrides)
+    asyncio.run(resumed.fit())
+    assert [record["step"] for record in records(tmp_path, "metrics.jsonl")] == [1, 2, 3]
+
+
 def test_zero_steps_without_evaluation_finishes_and_saves_the_policy(tmp_path):
     trainer, _ = scripted_trainer(
         tmp_path, "trainer.total_training_steps=0", "trainer.val_before_train=false"
