@@ -26,7 +26,7 @@ from agentrl.env import InfraError, Message, StepResult, TextEnv
 from envs.code_sandbox import runners, synthetic
 from envs.code_sandbox.feedback import extract_code, failure_feedback, format_feedback
 from envs.code_sandbox.task import DEFAULT_NUM_VISIBLE, CodeTask, parse_ground_truth
-from sandbox.types import RunRequest, RunResponse, Verdict
+from sandbox.types import RunRequest, RunResponse, Test, Verdict
 
 REWARD_MODES = ("fraction", "all_or_nothing")
 
@@ -36,7 +36,7 @@ class Attempt:
     """One judged reply."""
 
     has_code: bool
-    visible_passed: bool  # every visible test passed (vacuously when the task has none)
+    visible_passed: bool  # every visible test that ran passed (vacuously when none ran)
     hidden_pass_rate: float  # fraction of hidden tests passed; 0.0 without code
     feedback: str  # what the model is told if the episode goes on
 
@@ -109,8 +109,8 @@ class CodeSandboxEnv(TextEnv):
             raise RuntimeError(
                 "CodeSandboxEnv.step called before reset or after the episode ended; reset first"
             )
-        attempt = await self._judge(action)
         self._num_turns += 1
+        attempt = await self._judge(action, last_turn=self._num_turns >= self.max_turns)
         if self._num_turns == 1:
             self._first_pass_rate = attempt.hidden_pass_rate
         self._done = attempt.visible_passed or self._num_turns >= self.max_turns
@@ -150,20 +150,23 @@ class CodeSandboxEnv(TextEnv):
         if runner is not None and runner.loop is asyncio.get_running_loop():
             await runners.release(runner, close_if_unused=close_if_unused)
 
-    async def _judge(self, reply: str) -> Attempt:
+    async def _judge(self, reply: str, last_turn: bool) -> Attempt:
         task = self._task
         assert task is not None and self._runner is not None
         code = extract_code(reply, task.language)
         if code is None:
             return Attempt(False, False, 0.0, format_feedback(task.language))
-        tests = [*task.visible_tests, *task.hidden_tests]
+        # Visible tests only decide whether to go on and what to say; after the last turn neither
+        # matters, so the sandbox runs the hidden tests alone.
+        visible_tests = [] if last_turn else task.visible_tests
+        tests = [*visible_tests, *task.hidden_tests]
         request = RunRequest(
             language=task.language, code=code, tests=tests, entry_point=task.entry_point, limits=task.limits
         )
         response = await self._runner.run(request)
         if response.verdict == Verdict.SANDBOX_ERROR:
             raise InfraError(f"sandbox error: {response.sandbox_error}")
-        return _attempt(task, response)
+        return _attempt(task, visible_tests, response)
 
     def _reward(self, attempt: Attempt) -> float:
         score = attempt.hidden_pass_rate
@@ -177,21 +180,19 @@ class CodeSandboxEnv(TextEnv):
         return synthetic.make_row(rng, self.synthetic_difficulty, index=0, split="synthetic")
 
 
-def _attempt(task: CodeTask, response: RunResponse) -> Attempt:
+def _attempt(task: CodeTask, visible_tests: list[Test], response: RunResponse) -> Attempt:
     """Split one response over visible and hidden tests (the request listed visible ones first)."""
-    num_visible = len(task.visible_tests)
+    num_visible = len(visible_tests)
     if response.verdict == Verdict.CE:  # compiled languages only: nothing ran, every test failed
         assert response.compile is not None, "a CE response carries the compiler's result"
-        first = task.visible_tests[0] if task.visible_tests else task.hidden_tests[0]
+        first = visible_tests[0] if visible_tests else task.hidden_tests[0]
         feedback = failure_feedback(first, response.compile, task.entry_point, task.language)
         return Attempt(True, False, 0.0, feedback)
     visible, hidden = response.tests[:num_visible], response.tests[num_visible:]
     failing = next((i for i, result in enumerate(visible) if result.verdict != Verdict.AC), None)
     feedback = ""
     if failing is not None:
-        feedback = failure_feedback(
-            task.visible_tests[failing], visible[failing], task.entry_point, task.language
-        )
+        feedback = failure_feedback(visible_tests[failing], visible[failing], task.entry_point, task.language)
     hidden_pass_rate = sum(result.verdict == Verdict.AC for result in hidden) / len(task.hidden_tests)
     return Attempt(True, failing is None, hidden_pass_rate, feedback)
 

@@ -31,7 +31,7 @@ BORROWED_NAME_PROBABILITY = {1: 0.0, 2: 0.5, 3: 1.0}
 NUM_HIDDEN_TESTS = 3
 # Generous for one-line functions on a loaded 2-core machine, short enough that a program that
 # sleeps or loops forever costs only a few seconds of wall clock.
-TEST_LIMITS = RunLimits(time_s=2.0, memory_mb=256)
+TEST_LIMITS = RunLimits(time_s=5.0, memory_mb=256)
 
 Arguments = Callable[[random.Random], list[Any]]
 

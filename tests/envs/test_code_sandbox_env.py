@@ -40,7 +40,7 @@ ADD = CodeTask(
         CallTest(args=[0, 0], expected=0),
         CallTest(args=[-1, 5], expected=4),
     ],
-    limits=RunLimits(time_s=2.0, memory_mb=256),
+    limits=RunLimits(time_s=10.0, memory_mb=256),  # generous: these tests run on a busy machine
 )
 RIGHT = "```python\ndef add(a, b):\n    return a + b\n```"
 WRONG = "Here:\n```python\ndef add(a, b):\n    return a * b\n```"  # 2*2 == 2+2 and 0*0 == 0+0
