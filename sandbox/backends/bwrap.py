@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import dataclasses
 import functools
 import json
@@ -43,6 +44,7 @@ EXTRA_PROCESSES = 4  # bwrap's own two processes (supervisor, PID namespace init
 # reused at once can look busy for a while. With a pids cgroup (exact, per run) RLIMIT_NPROC is
 # only a loose backstop; without one it is the limit, and a refused jail start is retried.
 NPROC_BACKSTOP = 1024
+PR_SET_CHILD_SUBREAPER = 36
 SETUP_ATTEMPTS = 5
 SETUP_RETRY_S = 0.05
 EXEC_FAILED_PREFIX = b"bwrap: execvp "
@@ -171,6 +173,11 @@ class JailStatus:
     def exit_code(self) -> int | None:
         return self._field("exit-code")
 
+    @property
+    def init_pid(self) -> int | None:
+        """The host pid of the jail's PID namespace init (bwrap's second process)."""
+        return self._field("child-pid")
+
     def kill_namespace(self, supervisor_pid: int) -> bool:
         """SIGKILL the jail's PID namespace init (the kernel then kills all of the namespace).
 
@@ -196,6 +203,31 @@ class JailStatus:
             return False
         finally:
             os.close(pidfd)
+
+
+def become_subreaper() -> None:
+    """Adopt the jails' init processes when their bwrap supervisor exits.
+
+    bwrap's supervisor exits as soon as the init reports the program's exit code, without
+    reaping it. The orphaned init would otherwise wait, a zombie, for the host's PID 1, which
+    inside a container or a minimal VM may reap late or never; meanwhile it is counted against
+    the jail uid's processes and the session cgroup's pids limit. Orphans of other children of
+    this process are adopted too; Python reaps only the children it started, so those stay
+    zombies until this process exits (the sandbox's own processes are all reaped here).
+    """
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise SandboxFailure(f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(ctypes.get_errno())}")
+
+
+async def reap_orphan(pid: int | None) -> None:
+    """Reap a jail's init, adopted when its supervisor exited; it is dead or about to die."""
+    if pid is None:
+        return
+    try:
+        if os.waitpid(pid, os.WNOHANG) == (0, 0):  # still exiting: wait for it off the event loop
+            await asyncio.to_thread(os.waitpid, pid, 0)
+    except ChildProcessError:  # not adopted (its supervisor still runs, killed by the host backstop)
+        pass
 
 
 class _JailRefused(Exception):
@@ -264,6 +296,7 @@ class BwrapSession:
                 started=started,
             )
             exit_code = status.exit_code
+            await reap_orphan(status.init_pid)
         finally:
             status.close()
         if exit_code is not None or result.memory_exceeded:  # the program ran (only it can fill memory)
@@ -359,6 +392,7 @@ class BwrapBackend:
                     f"{parent.stat().st_mode & 0o777:o}); choose a work_root whose parents are world-executable"
                 )
         root.mkdir(mode=0o711, exist_ok=True)
+        become_subreaper()
         # uid locks are machine-wide whatever the work root: two pools must never share a uid
         uid_locks = Path(tempfile.gettempdir()) / "sandbox-bwrap-uids"
         return cls(bwrap, UidPool(uid_base, num_uids, uid_locks), root)
