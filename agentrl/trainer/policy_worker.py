@@ -43,6 +43,10 @@ TOKENIZER_FILES = (
 class PolicyWorker:
     """A transformers causal LM wrapped with FSDP2 on all ranks of the default process group."""
 
+    # What turns hidden states into token scores; benchmarks/trainer_throughput.py swaps in the
+    # previous full-logits path to measure against it.
+    scorer_class: type[CausalLMScorer] = CausalLMScorer
+
     def __init__(
         self,
         model_path: str | Path,
@@ -83,7 +87,7 @@ class PolicyWorker:
         model.to(self.context.device)
         model.eval()  # no dropout: old, new and reference logprobs must agree on identical weights
         model.requires_grad_(self.trainable)
-        self.scorer = CausalLMScorer(model, self.temperature, self.actor.logprob_chunk_size)
+        self.scorer = self.scorer_class(model, self.temperature, self.actor.logprob_chunk_size)
         mixed_precision = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
         layer_classes = set(getattr(model, "_no_split_modules", None) or ())
         for module in model.modules():

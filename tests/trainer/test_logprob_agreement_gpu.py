@@ -28,12 +28,16 @@ pytestmark = [
 ]
 
 TEMPERATURE = 0.8
-QUESTIONS = [f"What is {a} + {b}?" for a, b in [(3, 4), (12, 30), (7, 8), (120, 5), (9, 9), (41, 1), (2, 77), (60, 6)]]
+QUESTIONS = [
+    f"What is {a} + {b}?" for a, b in [(3, 4), (12, 30), (7, 8), (120, 5), (9, 9), (41, 1), (2, 77), (60, 6)]
+]
 
 
 def prompt_ids(tokenizer) -> list[list[int]]:
     texts = [
-        tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True
+        )
         for q in QUESTIONS
     ]
     return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]

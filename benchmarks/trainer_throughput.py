@@ -1,0 +1,278 @@
+"""Training throughput of the real PolicyWorker: one PPO update of long sequences, against the previous path.
+
+Random-weight models of Qwen2.5 shapes (built from a config, no download) take one optimizer
+step on `--num-sequences` sequences of `--sequence-length` tokens (a `--prompt-tokens` prompt
+and a sampled response). Measured in the same run, on the same model and batch:
+
+- previous: the trainer as it was, the model's own forward with logits at every position,
+  a float32 log_softmax and an entropy over all of them, right-padded micro-batches;
+- chunked: the language-model head applied to the response positions only, in chunks,
+  sequences packed into one row with per-sequence causal attention;
+- chunked + checkpointing: the same with activation checkpointing, at the presets'
+  micro-batch size.
+
+Printed per variant: tokens/s of `update()` (every token of every sequence, prompt included),
+MFU, peak GPU memory and the ratio to the previous path. MFU counts model FLOPs only (no
+recompute): 6 x decoder matmul parameters per token, 6 x layers x hidden x sequence length per
+token for causal attention, and 6 x hidden x vocabulary per scored token for the head. It is
+given against the datasheet bf16 peak (`--peak-tflops`) and against a bf16 matmul measured in
+the same run.
+
+GPU:  python benchmarks/trainer_throughput.py --shapes qwen2.5-0.5b qwen2.5-1.5b
+CPU:  python benchmarks/trainer_throughput.py --shapes tiny --device cpu --dtype float32 \\
+          --num-sequences 4 --sequence-length 64 --prompt-tokens 16 --micro-batch 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from agentrl.trainer.actor_config import ActorConfig
+from agentrl.trainer.batch import TrainBatch
+from agentrl.trainer.packing import ScoringInputs
+from agentrl.trainer.policy_worker import PolicyWorker
+from agentrl.trainer.scorer import CausalLMScorer
+from agentrl.trainer.token_logprobs import TokenScores
+
+MODEL_SHAPES = {
+    "tiny": {
+        "vocab_size": 2048, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": True,
+    },
+    "qwen2.5-0.5b": {
+        "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+        "num_attention_heads": 14, "num_key_value_heads": 2, "tie_word_embeddings": True,
+    },
+    "qwen2.5-1.5b": {
+        "vocab_size": 151936, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+        "num_attention_heads": 12, "num_key_value_heads": 2, "tie_word_embeddings": True,
+    },
+}  # fmt: skip
+# Largest micro-batches of 4,096-token sequences that fit on an 80 GB card without checkpointing,
+# for the previous path (as measured before this change) and for the chunked one.
+PREVIOUS_MICRO_BATCH = {"tiny": 2, "qwen2.5-0.5b": 4, "qwen2.5-1.5b": 2}
+CHUNKED_MICRO_BATCH = {"tiny": 2, "qwen2.5-0.5b": 8, "qwen2.5-1.5b": 2}
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+class FullLogitsScorer(CausalLMScorer):
+    """The previous path: logits, float32 log-probs and entropy at every position of a padded batch."""
+
+    def forward(self, inputs: ScoringInputs, with_entropy: bool) -> TokenScores:
+        logits = self.model(
+            input_ids=inputs.input_ids,
+            attention_mask=inputs.attention_mask,
+            position_ids=inputs.position_ids,
+            use_cache=False,
+        ).logits
+        log_probs = F.log_softmax(logits[:, :-1].float() / self.temperature, dim=-1)  # [B, T-1, V]
+        token_logprobs = log_probs.gather(-1, inputs.input_ids[:, 1:, None]).squeeze(-1)
+        # It computed the entropy whether or not anything used it (with gradient only when used).
+        with torch.set_grad_enabled(with_entropy and torch.is_grad_enabled()):
+            entropy = -(log_probs.exp() * log_probs).sum(-1)
+        rows, predictors = inputs.rows, inputs.positions - 1
+        return TokenScores(
+            token_logprobs[rows, predictors], entropy[rows, predictors] if with_entropy else None
+        )
+
+
+class PreviousPolicyWorker(PolicyWorker):
+    scorer_class = FullLogitsScorer
+
+
+@dataclass
+class Variant:
+    name: str
+    micro_batch_size: int
+    chunked: bool
+    gradient_checkpointing: bool
+
+
+@dataclass
+class Result:
+    variant: Variant
+    tokens_per_s: float | None  # None: out of memory
+    peak_gib: float | None
+    mfu: float | None = None
+    mfu_of_measured_matmul: float | None = None
+
+
+def write_random_model(
+    shape: str, directory: Path, device: torch.device, sequence_length: int
+) -> Qwen2Config:
+    config = Qwen2Config(
+        **MODEL_SHAPES[shape], max_position_embeddings=max(32768, sequence_length),
+        rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(directory)
+    del model
+    return config
+
+
+def random_batch(args: argparse.Namespace, vocab_size: int) -> TrainBatch:
+    """Sequences of the same length, each its own group, with the loss on every response token."""
+    shape = (args.num_sequences, args.sequence_length)
+    generator = torch.Generator().manual_seed(0)
+    loss_mask = torch.zeros(shape)
+    loss_mask[:, args.prompt_tokens :] = 1.0
+    advantages = torch.randn(args.num_sequences, 1, generator=generator).sign()
+    return TrainBatch(
+        input_ids=torch.randint(3, vocab_size, shape, generator=generator),
+        attention_mask=torch.ones(shape, dtype=torch.int64),
+        position_ids=torch.arange(args.sequence_length).expand(shape).clone(),
+        loss_mask=loss_mask,
+        advantages=advantages * loss_mask,
+        rollout_logprobs=torch.zeros(shape),
+        group_ids=torch.arange(args.num_sequences),
+    )
+
+
+def model_flops(config: Qwen2Config, batch: TrainBatch) -> float:
+    """Forward + backward FLOPs of one update, without recompute (formula in the module doc)."""
+    hidden, layers = config.hidden_size, config.num_hidden_layers
+    kv_width = config.num_key_value_heads * hidden // config.num_attention_heads
+    matmul_params_per_layer = (
+        2 * hidden * hidden + 2 * hidden * kv_width + 3 * hidden * config.intermediate_size
+    )
+    num_tokens = batch.input_ids.numel()
+    decoder = 6 * layers * matmul_params_per_layer * num_tokens
+    attention = 6 * layers * hidden * batch.sequence_length * num_tokens
+    head = 6 * hidden * config.vocab_size * float(batch.loss_mask.sum())
+    return float(decoder + attention + head)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measured_matmul_tflops(device: torch.device, dtype: torch.dtype, size: int = 8192) -> float:
+    """Median bf16 (or `dtype`) TFLOP/s of a size^3 matrix product on random data."""
+    generator = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+    b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+    times = []
+    for _ in range(12):
+        synchronize(device)
+        start = time.perf_counter()
+        a @ b
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return 2 * size**3 / sorted(times[2:])[len(times[2:]) // 2] / 1e12
+
+
+def run_variant(
+    args: argparse.Namespace, model_dir: Path, variant: Variant, batch: TrainBatch, device: torch.device
+) -> Result:
+    actor = ActorConfig(
+        ppo_mini_batch_size=args.num_sequences,
+        ppo_micro_batch_size_per_gpu=variant.micro_batch_size,
+        sequence_packing=variant.chunked,
+        gradient_checkpointing=variant.gradient_checkpointing,
+        optim={"lr": 1e-6},
+    )
+    worker_class = PolicyWorker if variant.chunked else PreviousPolicyWorker
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    worker = None
+    try:
+        worker = worker_class(model_dir, actor, device=device, dtype=DTYPES[args.dtype])
+        batch.old_logprobs, _ = worker.compute_logprobs(batch)
+        worker.update(batch)  # warm-up: allocator, kernels, optimizer state
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            worker.update(batch)
+        synchronize(device)
+        seconds = (time.perf_counter() - start) / args.steps
+    except torch.OutOfMemoryError:
+        return Result(variant, None, None)
+    finally:
+        del worker
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    return Result(variant, batch.input_ids.numel() / seconds, peak)
+
+
+def benchmark_shape(args: argparse.Namespace, shape: str, device: torch.device, matmul_tflops: float) -> None:
+    variants = [
+        Variant("previous: full logits, padded", PREVIOUS_MICRO_BATCH[shape], False, False),
+        Variant("chunked head, packed", CHUNKED_MICRO_BATCH[shape], True, False),
+        Variant("chunked head, packed, checkpointing", args.micro_batch, True, True),
+    ]
+    with tempfile.TemporaryDirectory() as directory:
+        config = write_random_model(shape, Path(directory), device, args.sequence_length)
+        batch = random_batch(args, config.vocab_size)
+        flops = model_flops(config, batch)
+        results = [run_variant(args, Path(directory), variant, batch, device) for variant in variants]
+    flops_per_token = flops / batch.input_ids.numel()
+    print(
+        f"\n{shape}: {args.num_sequences} x {args.sequence_length} tokens ({args.prompt_tokens} prompt), "
+        f"{args.dtype}, {flops_per_token / 1e9:.2f} GFLOP per token"
+    )
+    print(
+        f"{'variant':40} {'micro':>5} {'tokens/s':>10} {'MFU':>6} {'of matmul':>9} {'peak GiB':>8} {'vs previous':>11}"
+    )
+    previous = results[0].tokens_per_s
+    for result in results:
+        variant = result.variant
+        if result.tokens_per_s is None:
+            print(f"{variant.name:40} {variant.micro_batch_size:>5} {'out of memory':>10}")
+            continue
+        achieved = result.tokens_per_s * flops_per_token / 1e12  # TFLOP/s
+        ratio = f"{result.tokens_per_s / previous:.2f}x" if previous else "-"
+        peak = f"{result.peak_gib:.1f}" if result.peak_gib is not None else "-"
+        print(
+            f"{variant.name:40} {variant.micro_batch_size:>5} {result.tokens_per_s:>10,.0f} "
+            f"{achieved / args.peak_tflops:>6.1%} {achieved / matmul_tflops:>9.1%} {peak:>8} {ratio:>11}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--shapes", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-1.5b"], choices=list(MODEL_SHAPES)
+    )
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--dtype", default="bfloat16", choices=list(DTYPES))
+    parser.add_argument("--num-sequences", type=int, default=16)
+    parser.add_argument("--sequence-length", type=int, default=4096)
+    parser.add_argument("--prompt-tokens", type=int, default=256)
+    parser.add_argument(
+        "--micro-batch", type=int, default=16, help="of the checkpointing variant (the presets')"
+    )
+    parser.add_argument("--steps", type=int, default=2, help="timed updates after one warm-up update")
+    parser.add_argument(
+        "--peak-tflops", type=float, default=989.0, help="datasheet dense bf16 peak (H100/H200 SXM: 989)"
+    )
+    args = parser.parse_args()
+    if not 0 < args.prompt_tokens < args.sequence_length:
+        raise ValueError(f"--prompt-tokens must be in (0, {args.sequence_length}), got {args.prompt_tokens}")
+    device = torch.device(args.device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    matmul = measured_matmul_tflops(device, DTYPES[args.dtype], 8192 if device.type == "cuda" else 512)
+    print(
+        f"device: {name}; peak {args.peak_tflops:.0f} TFLOP/s (datasheet); measured matmul {matmul:.0f} TFLOP/s"
+    )
+    for shape in args.shapes:
+        benchmark_shape(args, shape, device, matmul)
+
+
+if __name__ == "__main__":
+    main()
