@@ -161,7 +161,11 @@ class CodeSandboxEnv(TextEnv):
         visible_tests = [] if last_turn else task.visible_tests
         tests = [*visible_tests, *task.hidden_tests]
         request = RunRequest(
-            language=task.language, code=code, tests=tests, entry_point=task.entry_point, limits=task.limits
+            language=task.language,
+            code=task.preamble + code,
+            tests=tests,
+            entry_point=task.entry_point,
+            limits=task.limits,
         )
         response = await self._runner.run(request)
         if response.verdict == Verdict.SANDBOX_ERROR:
