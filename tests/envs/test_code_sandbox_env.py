@@ -8,7 +8,9 @@ import pytest_asyncio
 from gymnasium.utils.env_checker import check_env
 
 from agentrl.env import InfraError, make
+from agentrl.testing import check_env_contract
 from envs.code_sandbox import CodeSandboxEnv, runners
+from envs.code_sandbox.synthetic import generate
 from envs.code_sandbox.task import CodeTask
 from sandbox.types import CallTest, RunLimits
 
@@ -272,3 +274,10 @@ def test_reset_rejects_a_malformed_ground_truth_naming_what_is_wrong(ground_trut
 def test_invalid_settings_are_rejected_with_the_bad_value(kwargs, message):
     with pytest.raises(ValueError, match=message):
         CodeSandboxEnv(**kwargs)
+
+
+def test_the_code_env_keeps_the_agentrl_env_contract_on_synthetic_rows():
+    env = CodeSandboxEnv(backend="bwrap", max_turns=2)
+    rows = generate(2, seed=0, split="test", difficulty=1)
+    check_env_contract(env, rows, actions=("Let me think.", "```python\ndef f(x):\n    return x\n```"))
+    env.close()
