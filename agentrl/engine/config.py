@@ -1,10 +1,10 @@
-"""Inference stage settings: which policy weights the engine serves, and how it batches them."""
+"""Inference stage settings: which policy weights the engine serves, and which engine serves them."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class ModelConfig(BaseModel):
@@ -16,10 +16,90 @@ class ModelConfig(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights dtype")
 
 
+# Knobs that only one backend reads; setting one for the other backend is an error, not a no-op.
+_BUILT_IN_ONLY = ("device", "max_batch_size")
+_SGLANG_ONLY = (
+    "url", "launch", "launch_port", "launch_args", "startup_timeout_s", "request_timeout_s",
+    "max_retries", "max_connections", "weights_dir", "api_key",
+)  # fmt: skip
+_LAUNCH_ONLY = ("launch_port", "launch_args", "startup_timeout_s")
+
+
 class EngineConfig(BaseModel):
-    """The built-in continuous-batching engine on transformers (CPU or one GPU)."""
+    """Which engine serves rollouts: the built-in one in process, or an SGLang-protocol server.
+
+    `backend=transformers`: the built-in continuous-batching engine on transformers (CPU or one
+    GPU), in this process. `backend=sglang`: an HTTP client of SGLang's native protocol, attached
+    to a running server (`url`; SGLang itself or `python -m agentrl.engine.serve`) or to one it
+    launches (`launch=true` runs `python -m sglang.launch_server`).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when available")
-    max_batch_size: int = Field(64, gt=0, description="sequences decoded together in one forward pass")
+    backend: Literal["transformers", "sglang"] = Field(
+        "transformers", description="which engine serves rollouts"
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="built-in engine: auto = cuda when available"
+    )
+    max_batch_size: int = Field(
+        64, gt=0, description="built-in engine: sequences decoded together in one pass"
+    )
+    url: str | None = Field(
+        None, description="sglang: base URL of a running server, e.g. http://127.0.0.1:30000"
+    )
+    launch: bool = Field(
+        False, description="sglang: launch `python -m sglang.launch_server` and stop it on close"
+    )
+    launch_port: int = Field(0, ge=0, le=65535, description="sglang launch: server port; 0 = a free port")
+    launch_args: list[str] = Field(
+        default_factory=list,
+        description="sglang launch: extra server arguments, e.g. ['--mem-fraction-static', '0.5']",
+    )
+    startup_timeout_s: float = Field(600.0, gt=0, description="sglang launch: wait this long for /health")
+    request_timeout_s: float = Field(
+        600.0, gt=0, description="sglang: deadline of one call (generate or weight update), retries included"
+    )
+    max_retries: int = Field(
+        3, ge=0, description="sglang: retries of a call after a connection failure or 5xx"
+    )
+    max_connections: int = Field(256, gt=0, description="sglang: open connections to the server at most")
+    weights_dir: str | None = Field(
+        None,
+        description="sglang: where update_weights writes the checkpoint the server loads (a path the server "
+        "can read); None = a temporary directory, removed on close",
+    )
+    api_key: str | None = Field(
+        None, description="sglang: sent as 'Authorization: Bearer KEY' (server --api-key)"
+    )
+
+    def _differs_from_default(self, name: str) -> bool:
+        # Compared by value, not by "was it given": a run's dumped config lists every field.
+        default = type(self).model_fields[name].get_default(call_default_factory=True)
+        return getattr(self, name) != default
+
+    @model_validator(mode="after")
+    def _knobs_fit_the_backend(self) -> EngineConfig:
+        wrong = _SGLANG_ONLY if self.backend == "transformers" else _BUILT_IN_ONLY
+        misplaced = [name for name in wrong if self._differs_from_default(name)]
+        if misplaced:
+            raise ValueError(
+                f"engine.{misplaced[0]} does not apply to engine.backend={self.backend}; "
+                + (
+                    "select the SGLang client with engine=sglang"
+                    if self.backend == "transformers"
+                    else "the server sizes its own batches (pass e.g. --max-running-requests in engine.launch_args)"
+                )
+            )
+        if self.backend == "sglang" and (self.url is None) == (not self.launch):
+            raise ValueError(
+                f"engine=sglang needs exactly one of engine.url (attach; got {self.url!r}) or "
+                f"engine.launch=true (start a server; got {self.launch})"
+            )
+        if not self.launch:
+            unused = [name for name in _LAUNCH_ONLY if self._differs_from_default(name)]
+            if unused:
+                raise ValueError(f"engine.{unused[0]} is read only with engine.launch=true")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"engine.url={self.url!r} must start with http:// or https://")
+        return self

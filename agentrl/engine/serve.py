@@ -1,0 +1,105 @@
+"""Inference stage, served: `python -m agentrl.engine.serve --model PATH` runs the built-in engine
+behind the subset of SGLang's native HTTP protocol that `engine=sglang` speaks (`http_server`).
+
+    python -m agentrl.engine.serve --model PATH [--host 127.0.0.1] [--port 30000] [--device auto]
+
+It prints `agentrl.engine.serve listening on http://HOST:PORT` once it accepts requests (with
+`--port 0` the port is a free one, read it from that line). Off loopback it needs `--api-key`,
+because `/update_weights_from_disk` loads whatever path it is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import signal
+
+import torch
+from aiohttp import web
+from transformers import AutoTokenizer
+
+from agentrl.engine.http_server import ServedEngine, build_app
+from agentrl.engine.model_setup import resolve_dtype
+from agentrl.engine.transformers_engine import TransformersEngine
+from agentrl.tiny_policy import DEFAULT_MODEL_PATH
+
+LISTENING = "agentrl.engine.serve listening on"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m agentrl.engine.serve", description=__doc__.split("\n\n")[0]
+    )
+    # SGLang's spellings are accepted too, so the launcher can start either server with one command.
+    parser.add_argument(
+        "--model", "--model-path", dest="model", required=True,
+        help="HF checkpoint directory; 'tiny' = the bundled policy",
+    )  # fmt: skip
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    parser.add_argument("--port", type=int, default=30000, help="port to bind; 0 = a free port")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    parser.add_argument("--max-batch-size", type=int, default=64, help="sequences decoded together")
+    parser.add_argument(
+        "--seed", "--random-seed", dest="seed", type=int, default=0,
+        help="seeds requests that carry no sampling_seed",
+    )  # fmt: skip
+    parser.add_argument("--weight-version", type=int, default=0, help="policy version served at start")
+    parser.add_argument("--api-key", default=None, help="required off loopback: clients send 'Bearer KEY'")
+    args = parser.parse_args(argv)
+    if not is_loopback(args.host) and args.api_key is None:
+        parser.error(f"--host {args.host} is reachable from other machines; pass --api-key KEY as well")
+    return args
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+async def serve(args: argparse.Namespace) -> None:
+    """Load the engine, serve until SIGINT/SIGTERM, then close the engine."""
+    model_path = str(DEFAULT_MODEL_PATH) if args.model == "tiny" else args.model
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    dtype = resolve_dtype(args.dtype)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    engine = TransformersEngine.from_pretrained(
+        model_path,
+        device=device,
+        dtype=dtype,
+        max_batch_size=args.max_batch_size,
+        seed=args.seed,
+        policy_version=args.weight_version,
+    )
+    served = ServedEngine(
+        engine, tokenizer, model_path, dtype, policy_version=args.weight_version, api_key=args.api_key
+    )
+    runner = web.AppRunner(build_app(served), access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, args.host, args.port)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
+        print(f"{LISTENING} http://{host}:{port} (model {model_path}, device {device})", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await engine.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    asyncio.run(serve(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()
