@@ -85,6 +85,7 @@ class SGLangEngine:
         self.weights_dir = Path(weights_dir or tempfile.mkdtemp(prefix="agentrl-weights-"))
         self._headers = auth_headers(api_key)
         self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
         self._last_export: Path | None = None
 
     # ---- InferenceEngine ----
@@ -149,13 +150,14 @@ class SGLangEngine:
 
     def _session_for_this_loop(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._session.loop is not loop:
+        if self._session is None or self._session.closed or self._session_loop is not loop:
             # A session belongs to the loop that made it; a new loop (a second asyncio.run) needs its own.
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.max_connections),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
                 headers=self._headers,
             )
+            self._session_loop = loop
         return self._session
 
     async def _call(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
@@ -166,7 +168,7 @@ class SGLangEngine:
                 async for attempt in AsyncRetrying(
                     retry=retry_if_exception_type(ServerUnavailable),
                     stop=stop_after_attempt(self.max_retries + 1),
-                    wait=wait_exponential_jitter(initial=0.1, max=2.0, jitter=0.1),
+                    wait=wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.1),
                     reraise=True,
                 ):
                     with attempt:
