@@ -15,6 +15,7 @@ from agentrl.algorithms.config import AlgorithmConfig
 from agentrl.data import DataConfig
 from agentrl.engine.config import EngineConfig, ModelConfig
 from agentrl.env.config import EnvConfig
+from agentrl.rewards.config import RewardConfig
 from agentrl.rollout.config import RolloutConfig
 from agentrl.trainer.actor_config import ActorConfig
 from agentrl.trainer.config import TrainerConfig
@@ -34,6 +35,7 @@ class Config(BaseModel):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     actor: ActorConfig = Field(default_factory=ActorConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
 
     @model_validator(mode="after")

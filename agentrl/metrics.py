@@ -106,12 +106,14 @@ class MetricsLogger:
     )
     WANDB_ID_FILE = "wandb_run_id"
 
-    def __init__(self, run_dir: Path, config: Config, resumed: bool) -> None:
+    def __init__(self, run_dir: Path, config: Config, resumed: bool, enabled: bool = True) -> None:
+        """`enabled=False` (every rank but the first of a multi-process run) records nothing."""
         self.path = run_dir / "metrics.jsonl"
+        self.enabled = enabled
         trainer = config.trainer
-        self.console = "console" in trainer.logger
+        self.console = enabled and "console" in trainer.logger
         self.wandb_run = None
-        if "wandb" in trainer.logger:
+        if enabled and "wandb" in trainer.logger:
             import wandb
 
             if not os.environ.get("WANDB_API_KEY") and not os.environ.get("WANDB_MODE"):
@@ -128,13 +130,15 @@ class MetricsLogger:
 
     def discard_after(self, step: int) -> None:
         """Forget records a resumed run will redo (after `step`); a fresh run (step 0) keeps none."""
-        if not self.path.exists():
+        if not self.enabled or not self.path.exists():
             return
         records = [json.loads(line) for line in self.path.read_text().splitlines()]
         kept = [record for record in records if step > 0 and record["step"] <= step]
         self.path.write_text("".join(json.dumps(record) + "\n" for record in kept))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
+        if not self.enabled:
+            return
         with self.path.open("a") as handle:
             handle.write(json.dumps({"step": step, **metrics}) + "\n")
         if self.console:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -48,14 +49,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     run_dir = Path(config.trainer.run_dir or f"runs/{config.trainer.experiment_name}")
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(dump_config(config))
+    is_main = os.environ.get("RANK", "0") == "0"  # under torchrun, one rank writes the run's records
+    if is_main:
+        (run_dir / "config.yaml").write_text(dump_config(config))
     try:
         asyncio.run(build_trainer(config, run_dir).fit())
     except RunStopped as stopped:
         print(f"error: {stopped}", file=sys.stderr)
         return 1
-    print(f"run dir: {run_dir}  final policy: {run_dir / 'hf_model'}")
-    print(held_out_summary(run_dir / "metrics.jsonl"))
+    if is_main:
+        print(f"run dir: {run_dir}  final policy: {run_dir / 'hf_model'}")
+        print(held_out_summary(run_dir / "metrics.jsonl"))
     return 0
 
 

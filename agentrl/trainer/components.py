@@ -17,6 +17,7 @@ from agentrl.config import Config
 from agentrl.data import generated_rows, load_rows
 from agentrl.engine.transformers_engine import TransformersEngine
 from agentrl.env.registry import make
+from agentrl.rewards.apply import RewardFunctions
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
 from agentrl.trainer.data_order import StepSampler
@@ -97,6 +98,7 @@ def build_trainer(config: Config, run_dir: Path) -> Trainer:
     if not sys.stderr.isatty():  # progress bars belong on a terminal, not in a log file
         transformers.utils.logging.disable_progress_bar()
     make_env = build_env_factory(config)
+    reward_functions = RewardFunctions.from_config(config.reward)  # a bad reference fails before any work
     data = load_task_data(config)
     if data.note:
         print(data.note, flush=True)
@@ -132,5 +134,6 @@ def build_trainer(config: Config, run_dir: Path) -> Trainer:
         sampler=StepSampler(data.train_rows, batch_size, seed, shuffle),
         extra_sampler=StepSampler(data.train_rows, batch_size, seed + 1, shuffle),
         val_rows=data.val_rows,
+        reward_functions=reward_functions,
     )
     return Trainer(config, parts)

@@ -83,3 +83,13 @@ def barrier() -> None:
     """Wait for every rank (no-op with one rank)."""
     if dist.get_world_size() > 1:
         dist.barrier()
+
+
+def all_gather_lists(local: list) -> list:
+    """Concatenate every rank's Python list, in rank order (any picklable items; lists may differ in length)."""
+    world_size = dist.get_world_size()
+    if world_size == 1:
+        return list(local)
+    gathered: list[list] = [[] for _ in range(world_size)]
+    dist.all_gather_object(gathered, local)
+    return [item for part in gathered for item in part]

@@ -22,6 +22,7 @@ from agentrl.config import Config
 from agentrl.engine.protocol import InferenceEngine
 from agentrl.env.base import TextEnv
 from agentrl.metrics import MetricsLogger, dump_trajectories, rollout_metrics
+from agentrl.rewards.apply import RewardFunctions
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.rollout.config import Sampling
 from agentrl.rollout.groups import rollout_groups
@@ -29,6 +30,7 @@ from agentrl.rollout.trajectory import Status, Trajectory
 from agentrl.trainer.batch import build_train_batch
 from agentrl.trainer.checkpoint import load_latest_checkpoint, save_checkpoint
 from agentrl.trainer.data_order import StepSampler
+from agentrl.trainer.distributed import all_gather_lists
 from agentrl.trainer.health import RunHealth
 from agentrl.trainer.policy_worker import PolicyWorker
 
@@ -47,6 +49,7 @@ class TrainerParts:
     sampler: StepSampler  # the rows of each step
     extra_sampler: StepSampler  # extra batches for dynamic sampling
     val_rows: list[dict[str, Any]]
+    reward_functions: RewardFunctions  # configured reward functions (none: the env's reward stands)
 
 
 @dataclass
@@ -69,6 +72,7 @@ class Trainer:
     def __init__(self, config: Config, parts: TrainerParts) -> None:
         self.config, self.parts = config, parts
         self.health = RunHealth(config.trainer.max_error_frac, config.trainer.max_error_steps)
+        self.is_main = parts.actor.context.is_main  # the one rank that writes metrics and rollouts
 
     async def _rollout(
         self,
@@ -78,14 +82,25 @@ class Trainer:
         sampling: Sampling,
         n: int,
         description: str,
-    ) -> list[Trajectory]:
+    ) -> tuple[list[Trajectory], dict[str, float]]:
+        """Roll out groups and score them: the trajectories in row order, and reward-function metrics.
+
+        Every rank rolls out its share of the groups and gets all of them back. Sampling seeds
+        derive from (step, row, member), not from the rank, so any number of ranks produces the
+        trajectories one process would. Configured reward functions then set each reward.
+        """
         parts, rollout = self.parts, self.config.rollout
-        return await rollout_groups(
-            rows, row_ids, parts.make_env, parts.engine, parts.template,
+        rank, world_size = parts.actor.context.rank, parts.actor.context.world_size
+        local = await rollout_groups(
+            rows[rank::world_size], row_ids[rank::world_size], parts.make_env, parts.engine, parts.template,
             n=n, seed=self.config.trainer.seed, sampling_seed=self.config.trainer.seed * 100_003 + seed_step,
             budgets=rollout.budgets(), sampling=sampling, max_infra_retries=rollout.max_infra_retries,
             description=description,
         )  # fmt: skip
+        position = {row_id: index for index, row_id in enumerate(row_ids)}
+        trajectories = sorted(all_gather_lists(local), key=lambda t: position[t.group_id])  # stable sort
+        reward_metrics = parts.reward_functions.apply(trajectories, dict(zip(row_ids, rows, strict=True)))
+        return trajectories, reward_metrics
 
     async def _train_rollout(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
         """Rollout groups for step `step`; with dynamic sampling, keep only groups with reward spread.
@@ -107,13 +122,13 @@ class Trainer:
             fresh = [
                 (row, row_id) for row, row_id in zip(rows, row_ids, strict=True) if row_id not in kept_ids
             ]
-            batch = await self._rollout(
+            batch, reward_metrics = await self._rollout(
                 [row for row, _ in fresh], [row_id for _, row_id in fresh],
                 (step - 1) * 1000 + attempt, self.config.rollout.sampling(), self.config.rollout.n,
                 f"step {step} rollout",
             )  # fmt: skip
             if attempt == 0:
-                metrics = rollout_metrics(batch)
+                metrics = {**rollout_metrics(batch), **reward_metrics}
             trajectories += self._drop_zero_spread_groups(batch) if filter_groups.enable else batch
             if len({t.group_id for t in trajectories}) >= wanted:
                 break
@@ -125,10 +140,16 @@ class Trainer:
     async def evaluate(self, step: int) -> dict[str, float]:
         val = self.config.rollout.val_kwargs
         rows = self.parts.val_rows
-        trajectories = await self._rollout(rows, list(range(len(rows))), -1, val.sampling(), val.n, "eval")
-        metrics = rollout_metrics(trajectories, prefix="val/")
+        trajectories, reward_metrics = await self._rollout(
+            rows, list(range(len(rows))), -1, val.sampling(), val.n, "eval"
+        )
+        metrics = {
+            **rollout_metrics(trajectories, prefix="val/"),
+            **{f"val/{k}": v for k, v in reward_metrics.items()},
+        }
         metrics["val/num_problems"] = float(len(rows))
-        dump_trajectories(self.parts.run_dir / "rollouts" / f"val_step_{step}.jsonl", trajectories)
+        if self.is_main:
+            dump_trajectories(self.parts.run_dir / "rollouts" / f"val_step_{step}.jsonl", trajectories)
         return metrics
 
     def trains_on(self, trajectory: Trajectory) -> bool:
@@ -151,7 +172,7 @@ class Trainer:
             advantages = compute_advantages(config.algorithm, *_group_tensors(trainable))
             for trajectory, advantage in zip(trainable, advantages.tolist(), strict=True):
                 trajectory.advantage = advantage
-        if config.trainer.dump_rollouts:
+        if config.trainer.dump_rollouts and self.is_main:
             dump_trajectories(parts.run_dir / "rollouts" / f"step_{step}.jsonl", trajectories)
         if not trainable:
             # Nothing to learn from (every episode failed, or dynamic sampling kept no group).
@@ -185,7 +206,7 @@ class Trainer:
             last_step = restored[0]
             await parts.engine.update_weights(parts.actor.full_state_dict(), version=last_step)
             print(f"resumed from {parts.run_dir} at step {last_step}", flush=True)
-        logger = MetricsLogger(parts.run_dir, self.config, resumed=last_step > 0)
+        logger = MetricsLogger(parts.run_dir, self.config, resumed=last_step > 0, enabled=self.is_main)
         logger.discard_after(last_step)
         final_metrics: dict[str, float] = {}
         try:

@@ -16,6 +16,8 @@ from transformers import AutoModelForCausalLM
 
 pytestmark = pytest.mark.slow  # each test trains in a subprocess
 
+REPO = Path(__file__).resolve().parents[2]
+
 TINY = [
     "data.train_batch_size=4",
     "actor.ppo_mini_batch_size=2",
@@ -180,3 +182,62 @@ def test_the_custom_env_example_runs_from_any_directory(tmp_path):
         cwd=tmp_path, check=False, capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def _episodes(run_dir: Path, step: int) -> list[tuple]:
+    lines = (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()
+    return [(t["group_id"], t["reward"], t["response_ids"]) for t in map(json.loads, lines)]
+
+
+def test_two_ranks_under_torchrun_train_what_one_process_trains(tmp_path):
+    overrides = ["env=math", "trainer.total_training_steps=2", "trainer.logger=[console]", "trainer.device=cpu",
+                 "engine.device=cpu", *TINY]  # fmt: skip
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB")} | {
+        "OMP_NUM_THREADS": "1"
+    }
+    two = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "agentrl.train", *overrides,
+         f"trainer.run_dir={tmp_path / 'two'}"],
+        check=False, capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert train(tmp_path / "one", *overrides).returncode == 0
+    assert two.stdout.count("step 1:") == 1  # one rank prints and records
+    assert [r["step"] for r in metrics(tmp_path / "two")] == [0, 1, 2]
+    for step in (1, 2):  # step 2 was sampled by engines that received step 1's update on both ranks
+        assert _episodes(tmp_path / "two", step) == _episodes(tmp_path / "one", step)
+    two_weights = AutoModelForCausalLM.from_pretrained(tmp_path / "two" / "hf_model").state_dict()
+    one_weights = AutoModelForCausalLM.from_pretrained(tmp_path / "one" / "hf_model").state_dict()
+    for name, tensor in one_weights.items():
+        torch.testing.assert_close(two_weights[name], tensor, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "reward_overrides",
+    [
+        ["reward.funcs=[examples.trl_reward:correct_answer,examples.trl_reward:short_working]", "reward.weights=[1.0,0.2]"],
+        [f"reward.custom_reward_function.path={REPO / 'examples' / 'verl_reward.py'}",
+         "reward.custom_reward_function.name=compute_score"],
+    ],
+    ids=["trl", "verl"],
+)  # fmt: skip
+def test_trl_and_verl_reward_files_train_unchanged(tmp_path, reward_overrides):
+    result = train(
+        tmp_path,
+        "env=math",
+        *reward_overrides,
+        "trainer.total_training_steps=2",
+        "trainer.logger=[console]",
+        *TINY,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    step = metrics(tmp_path)[1]
+    names = (
+        ["correct_answer", "short_working"]
+        if "reward.weights=[1.0,0.2]" in reward_overrides
+        else ["compute_score"]
+    )
+    for name in names:
+        assert f"reward/{name}/mean" in step and f"reward/{name}/std" in step
+    for trajectory in map(json.loads, (tmp_path / "rollouts" / "step_1.jsonl").read_text().splitlines()):
+        assert "env_reward" in trajectory["info"]  # the env's own reward is kept beside the functions'

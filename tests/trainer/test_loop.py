@@ -14,6 +14,7 @@ from agentrl.config_loader import load_config
 from agentrl.engine.protocol import FinishReason, Generation, SamplingParams
 from agentrl.env.base import TextEnv
 from agentrl.env.errors import InfraError
+from agentrl.rewards.apply import RewardFunctions
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.rollout.trajectory import Status
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
@@ -87,6 +88,7 @@ def scripted_trainer(
         run_dir=tmp_path, make_env=lambda: TargetEnv(failure), engine=engine, template=ChatTemplate(tokenizer),
         pad_token_id=tokenizer.pad_token_id, actor=actor, reference=None,
         sampler=StepSampler(ROWS, 2, 0, True), extra_sampler=StepSampler(ROWS, 2, 1, True), val_rows=ROWS[:2],
+        reward_functions=RewardFunctions([]),
     )  # fmt: skip
     return Trainer(config, parts), engine
 
