@@ -46,7 +46,11 @@ async def test_a_generate_answer_has_sglangs_shape(http) -> None:
     status, answer = await post(
         client,
         "/generate",
-        {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 3, "temperature": 0}, "return_logprob": True},
+        {
+            "input_ids": PROMPT,
+            "sampling_params": {"max_new_tokens": 3, "temperature": 0},
+            "return_logprob": True,
+        },
     )
     assert status == 200
     meta = answer["meta_info"]
@@ -60,7 +64,9 @@ async def test_a_generate_answer_has_sglangs_shape(http) -> None:
 
 async def test_logprobs_are_left_out_unless_asked_for(http) -> None:
     client, _ = http
-    _, answer = await post(client, "/generate", {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2}})
+    _, answer = await post(
+        client, "/generate", {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2}}
+    )
     assert "output_token_logprobs" not in answer["meta_info"]
 
 
@@ -95,11 +101,15 @@ async def test_a_bad_generate_request_gets_a_400_naming_the_problem(http, body, 
 
 async def test_update_weights_from_disk_refuses_a_path_that_is_not_a_checkpoint(http, tmp_path) -> None:
     client, served = http
-    status, answer = await post(client, "/update_weights_from_disk", {"model_path": str(tmp_path / "missing")})
+    status, answer = await post(
+        client, "/update_weights_from_disk", {"model_path": str(tmp_path / "missing")}
+    )
     assert status == 400
     assert answer["success"] is False
     assert "is not a checkpoint directory on this server" in answer["message"]
-    status, answer = await post(client, "/update_weights_from_disk", {"model_path": MODEL, "weight_version": "v2"})
+    status, answer = await post(
+        client, "/update_weights_from_disk", {"model_path": MODEL, "weight_version": "v2"}
+    )
     assert (status, served.policy_version) == (400, 0)
     assert "field 'weight_version': must be a decimal policy version (got 'v2')" in answer["error"]["message"]
 

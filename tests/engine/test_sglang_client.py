@@ -30,7 +30,8 @@ SEEDED = SamplingParams(max_new_tokens=12, temperature=1.0, seed=7)
 def server_url() -> Iterator[str]:
     """One server for the module; single-threaded so its arithmetic matches the in-process engine."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    command = [sys.executable, "-m", "agentrl.engine.serve", "--model", MODEL, "--port", "0", "--device", "cpu"]
+    serve = [sys.executable, "-m", "agentrl.engine.serve"]
+    command = [*serve, "--model", MODEL, "--port", "0", "--device", "cpu"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         lines = []
@@ -76,7 +77,8 @@ async def test_concurrent_requests_each_get_their_own_seeded_completion(
     client: SGLangEngine, in_process: TransformersEngine
 ) -> None:
     requests = [
-        ([1, 40 + i, 41, 42], SamplingParams(max_new_tokens=8, temperature=1.0, seed=100 + i)) for i in range(16)
+        ([1, 40 + i, 41, 42], SamplingParams(max_new_tokens=8, temperature=1.0, seed=100 + i))
+        for i in range(16)
     ]
     remote = await asyncio.gather(*(client.generate(ids, params) for ids, params in requests))
     local = await asyncio.gather(*(in_process.generate(ids, params) for ids, params in requests))
@@ -115,7 +117,9 @@ async def test_a_weight_update_from_disk_changes_the_served_logprobs_and_version
     assert after.policy_version == version + 1
     assert await client.policy_version() == version + 1
     assert after.logprobs[0] != before.logprobs[0]
-    async with TransformersEngine(perturbed, AutoTokenizer.from_pretrained(MODEL), device="cpu") as expected_engine:
+    async with TransformersEngine(
+        perturbed, AutoTokenizer.from_pretrained(MODEL), device="cpu"
+    ) as expected_engine:
         expected = await expected_engine.generate(PROMPT, SEEDED)
     assert after.completion_ids == expected.completion_ids
     assert after.logprobs == pytest.approx(expected.logprobs, abs=1e-5)
