@@ -67,17 +67,19 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
     def forward(ctx, hidden, weight, target_ids, temperature, chunk_size, with_entropy):
         num_tokens = hidden.shape[0]
         logprobs = torch.empty(num_tokens, dtype=torch.float32, device=hidden.device)
+        # Kept for backward, which then needs one pass over each chunk's logits instead of three.
+        log_normalizer = torch.empty(num_tokens, dtype=torch.float32, device=hidden.device)
         entropy = torch.empty(num_tokens if with_entropy else 0, dtype=torch.float32, device=hidden.device)
         for start in range(0, num_tokens, chunk_size):
             end = min(start + chunk_size, num_tokens)
             z = _chunk_logits(hidden[start:end], weight, temperature)
-            log_normalizer = torch.logsumexp(z, dim=-1)  # [c]
+            log_normalizer[start:end] = torch.logsumexp(z, dim=-1)  # [c]
             rows = torch.arange(end - start, device=z.device)
-            logprobs[start:end] = z[rows, target_ids[start:end]] - log_normalizer
+            logprobs[start:end] = z[rows, target_ids[start:end]] - log_normalizer[start:end]
             if with_entropy:
-                log_p = z.sub_(log_normalizer[:, None])  # z is not needed any more
+                log_p = z.sub_(log_normalizer[start:end, None])  # z is not needed any more
                 entropy[start:end] = -(log_p.exp() * log_p).sum(-1)
-        ctx.save_for_backward(hidden, weight, target_ids, entropy)
+        ctx.save_for_backward(hidden, weight, target_ids, log_normalizer, entropy)
         ctx.temperature, ctx.chunk_size, ctx.with_entropy = temperature, chunk_size, with_entropy
         ctx.set_materialize_grads(False)
         if not with_entropy:
@@ -86,7 +88,7 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_logprobs, grad_entropy):
-        hidden, weight, target_ids, entropy = ctx.saved_tensors
+        hidden, weight, target_ids, log_normalizer, entropy = ctx.saved_tensors
         temperature, chunk_size = ctx.temperature, ctx.chunk_size
         if grad_entropy is not None and not ctx.with_entropy:
             grad_entropy = None
@@ -100,7 +102,7 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
             end = min(start + chunk_size, num_tokens)
             chunk_hidden = hidden[start:end]
             z = _chunk_logits(chunk_hidden, weight, temperature)
-            log_p = z.sub_(torch.logsumexp(z, dim=-1, keepdim=True))  # [c, V], in place of z
+            log_p = z.sub_(log_normalizer[start:end, None])  # [c, V], in place of z
             p = log_p.exp()
             g = _zeros_if_none(grad_logprobs, start, end, z)  # [c]
             if grad_entropy is None:

@@ -59,7 +59,7 @@ def test_without_entropy_the_logprob_gradient_still_equals_the_full_path():
     assert_close(chunked_grads[1], weight.grad, atol=1e-5, rtol=1e-5)
 
 
-def test_autograd_saves_only_the_hidden_states_and_weight_never_a_vocabulary_sized_tensor():
+def test_autograd_saves_the_hidden_states_weight_and_per_token_values_never_a_vocabulary_sized_tensor():
     hidden, weight, targets = inputs(torch.float32)
     saved_shapes = []
 
@@ -69,7 +69,8 @@ def test_autograd_saves_only_the_hidden_states_and_weight_never_a_vocabulary_siz
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         token_logprobs(hidden, weight, targets, 0.7, chunk_size=3, with_entropy=True)
-    assert sorted(saved_shapes) == [(NUM_TOKENS,), (NUM_TOKENS,), (NUM_TOKENS, HIDDEN), (VOCAB, HIDDEN)]
+        # targets, log-normalisers and entropies [N]; hidden states [N, H]; weight [V, H]
+    assert sorted(saved_shapes) == [(NUM_TOKENS,)] * 3 + [(NUM_TOKENS, HIDDEN), (VOCAB, HIDDEN)]
 
 
 def test_bf16_hidden_states_give_the_float32_logprobs_of_the_full_bf16_logits_path():
