@@ -7,6 +7,7 @@ return values arrive as JSON text and are parsed into plain Python values first.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,24 +35,61 @@ def numbers_close(actual: float, expected: float, tolerance: float) -> bool:
     """Absolute or relative error within `tolerance` (the usual judge convention)."""
     if math.isnan(actual) or math.isnan(expected):
         return math.isnan(actual) and math.isnan(expected)
+    if math.isinf(actual) or math.isinf(expected):
+        return actual == expected
     difference = abs(actual - expected)
     return difference <= tolerance or difference <= tolerance * abs(expected)
 
 
-def _parse_float(token: str) -> float | None:
+# What a number looks like in expected output: ASCII only. float() alone also accepts other
+# scripts' digits ("١٠"), full-width digits and underscores ("1_0"), none of which a checker
+# that reads ASCII would take for 10.
+FLOAT_EXACT_INT = 2**53
+_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_NUMBER = re.compile(
+    r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)",
+    re.ASCII | re.IGNORECASE,
+)
+
+
+def _parse_number(token: str) -> int | float | None:
+    """An ASCII integer (exact, any size) or decimal number; None for anything else."""
+    if _INTEGER.fullmatch(token):
+        return int(token) if len(token) <= 4300 else None  # int()'s own bound on digits
+    return float(token) if _NUMBER.fullmatch(token) else None
+
+
+def as_float(value: float) -> float:
+    """float(value), with integers beyond float's range as signed infinity instead of OverflowError."""
     try:
-        return float(token)
-    except ValueError:
-        return None
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def numbers_match(actual: float, expected: float, tolerance: float | None) -> bool:
+    """Equal, or within `tolerance` (if any). Two integers that a float cannot hold exactly
+    compare exactly: as floats, 10**400 and 10**400 + 1 would both be infinity."""
+    if actual == expected:
+        return True
+    if tolerance is None:
+        return False
+    if (
+        isinstance(actual, int)
+        and isinstance(expected, int)
+        and max(abs(actual), abs(expected)) > FLOAT_EXACT_INT
+    ):
+        return False
+    return numbers_close(as_float(actual), as_float(expected), tolerance)
 
 
 def _tokens_match(actual: str, expected: str, tolerance: float) -> bool:
     if actual == expected:
         return True
-    actual_number, expected_number = _parse_float(actual), _parse_float(expected)
+    actual_number, expected_number = _parse_number(actual), _parse_number(expected)
     if actual_number is None or expected_number is None:
         return False
-    return numbers_close(actual_number, expected_number, tolerance)
+    return numbers_match(actual_number, expected_number, tolerance)
 
 
 def _lines_match(actual: str, expected: str, tolerance: float | None) -> bool:
@@ -86,11 +124,7 @@ def compare_values(
         same = type(actual) is type(expected) and actual == expected
         return MATCH if same else _differ(path, actual, expected)
     if isinstance(expected, int | float) and isinstance(actual, int | float):
-        if actual == expected or (
-            float_tolerance is not None and numbers_close(float(actual), float(expected), float_tolerance)
-        ):
-            return MATCH
-        return _differ(path, actual, expected)
+        return MATCH if numbers_match(actual, expected, float_tolerance) else _differ(path, actual, expected)
     if isinstance(expected, list) and isinstance(actual, list):
         if len(actual) != len(expected):
             return Comparison(False, f"{path}: expected {len(expected)} items, got {len(actual)}")

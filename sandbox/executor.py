@@ -7,14 +7,19 @@ concurrency so that jailed programs do not starve each other into spurious timeo
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self
 
 from sandbox.backends.base import Backend
-from sandbox.judge import judge
-from sandbox.types import RunRequest, RunResponse
+from sandbox.judge import judge, validate_request
+from sandbox.types import RunRequest, RunResponse, Verdict
+
+logger = logging.getLogger(__name__)
+
+HEALTH_TIMEOUT_S = 5.0
 
 
 def default_max_concurrency() -> int:
@@ -42,9 +47,42 @@ class Executor:
         return cls(await create_backend(backend, **backend_kwargs), max_concurrency)
 
     async def run(self, request: RunRequest) -> RunResponse:
-        """Judge one request. Sandbox failures come back as verdict SANDBOX_ERROR, never raised."""
+        """Judge one request. Sandbox failures come back as verdict SANDBOX_ERROR, never raised.
+
+        Raises ValueError only for a request no language can honour (checked before it runs).
+        """
+        validate_request(request)
         async with self._slots:
-            return await judge(self.backend, request)
+            try:
+                return await judge(self.backend, request)
+            except Exception as error:  # nothing a program does may escape as an exception
+                logger.exception("the judge raised")
+                return RunResponse(
+                    verdict=Verdict.SANDBOX_ERROR,
+                    num_tests=len(request.tests),
+                    sandbox_error=f"the judge failed: {type(error).__name__}: {error}",
+                )
+
+    async def unhealthy_reason(self, timeout_s: float = HEALTH_TIMEOUT_S) -> str | None:
+        """None if a jail can be had now; otherwise why not.
+
+        With every slot busy the executor is loaded, not broken: it serves as slots free up.
+        With a free slot, a session must open within `timeout_s` (the pool may be used up by
+        sessions that never came back, or the backend may fail to make jails).
+        """
+        if self._slots.locked():
+            return None
+        try:
+            session = await asyncio.wait_for(self.backend.open_session(), timeout_s)
+        except TimeoutError:
+            return f"no jail could be had within {timeout_s}s although no request is running on every slot"
+        except Exception as error:  # noqa: BLE001 - the reason is reported, not raised
+            return f"opening a jail failed: {type(error).__name__}: {error}"
+        try:
+            await session.close()
+        except Exception as error:  # noqa: BLE001
+            return f"releasing a jail failed: {type(error).__name__}: {error}"
+        return None
 
     async def run_many(self, requests: Sequence[RunRequest]) -> list[RunResponse]:
         """Judge many requests concurrently; responses are in request order."""

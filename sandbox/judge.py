@@ -6,11 +6,14 @@ Verdicts are decided here from what the backend observed, never from what the pr
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import secrets
 import signal
 from importlib import resources
 
+from sandbox import bounded_json
 from sandbox.backends.base import Backend, JailSession, Limits, ProcessResult, SandboxFailure
 from sandbox.compare import Comparison, compare_stdout, compare_values
 from sandbox.languages import PYTHON_ARGV, LanguageSpec, language_spec
@@ -29,6 +32,8 @@ COMPILE_LIMITS = Limits(
     wall_time_s=60.0, cpu_time_s=30.0, memory_mb=2048, max_output_bytes=64 << 10, max_processes=32,
     max_file_size_mb=256,
 )  # fmt: skip
+logger = logging.getLogger(__name__)
+
 TEST_TEXT_LIMIT = 8 << 10  # per-test stdout/stderr kept in the response; plain runs keep everything
 HARNESS_FILE = "_harness.py"
 
@@ -48,7 +53,11 @@ def run_limits(request: RunRequest) -> Limits:
 
 
 def process_verdict(result: ProcessResult, spec: LanguageSpec) -> Verdict | None:
-    """The verdict a failed process earns, or None when it exited cleanly (judge its output)."""
+    """The verdict a failed process earns, or None when it exited cleanly (judge its output).
+
+    Only what the backend observed from outside decides: its wall clock, CPU accounting,
+    memory-kill counter, output caps and file sizes, and the real wait status.
+    """
     if result.timed_out or result.signal == signal.SIGXCPU:
         return Verdict.TLE
     if result.memory_exceeded:
@@ -57,10 +66,7 @@ def process_verdict(result: ProcessResult, spec: LanguageSpec) -> Verdict | None
         return Verdict.OLE
     if result.exit_code == 0 and result.signal is None:
         return None
-    if any(marker in result.stderr for marker in spec.memory_error_markers):
-        return Verdict.MLE
-    if any(marker in result.stderr for marker in spec.output_error_markers):
-        return Verdict.OLE
+    # Never from what the program printed: "MemoryError" on stderr is text any program can write.
     return Verdict.RE
 
 
@@ -140,21 +146,30 @@ class _GuardedSession:
 
 
 async def judge(backend: Backend, request: RunRequest) -> RunResponse:
-    """Judge one request on `backend`. Raises ValueError for an impossible request, nothing else."""
+    """Judge one request on `backend`. Raises ValueError for an impossible request, nothing else.
+
+    The session is released in `finally`, whatever happens while judging (a cancelled caller
+    included): a leaked session is a jail that no later request can have.
+    """
     spec = validate_request(request)
     try:
         session = await backend.open_session()
     except Exception as error:  # noqa: BLE001 - whatever the backend raises is the sandbox's failure
         return _sandbox_error(request, f"opening a session failed: {type(error).__name__}: {error}")
+    response = _sandbox_error(request, "judging was interrupted")
     try:
         response = await _judge_in_session(_GuardedSession(session), request, spec)
     except SandboxFailure as error:
         response = _sandbox_error(request, str(error))
-    try:
-        await session.close()
-    except Exception as error:  # noqa: BLE001 - see above
-        if response.verdict != Verdict.SANDBOX_ERROR:  # the program's verdict stands; the jail is gone anyway
-            response.sandbox_error = f"closing the session failed: {type(error).__name__}: {error}"
+    except Exception as error:  # program output is judged per test: anything else is ours
+        logger.exception("judging raised")
+        response = _sandbox_error(request, f"the judge failed: {type(error).__name__}: {error}")
+    finally:
+        try:
+            await asyncio.shield(session.close())  # a cancelled caller must not cut the release short
+        except Exception as error:  # noqa: BLE001 - see above
+            if response.verdict != Verdict.SANDBOX_ERROR:  # the verdict stands; the jail is gone anyway
+                response.sandbox_error = f"closing the session failed: {type(error).__name__}: {error}"
     return response
 
 
@@ -240,18 +255,23 @@ def _judge_harness_run(
         message = "" if verdict is not None else "the test did not run to completion"
         return result_of(verdict or Verdict.RE, process, message, limit=TEST_TEXT_LIMIT)
     try:
-        report = json.loads(report_line.split(b"\n", 1)[0])
-    except ValueError:
-        return result_of(
-            Verdict.RE, process, "the harness report is unreadable", user_stdout, TEST_TEXT_LIMIT
+        report = bounded_json.loads(report_line.split(b"\n", 1)[0])
+        if not isinstance(report, dict):
+            raise TypeError(f"a report is a JSON object, got {type(report).__name__}")
+        verdict, message = _report_verdict(report, test, request)
+    # Everything here was shaped by the program (the harness ran in its process): whatever the
+    # host-side parsing or comparison raises on it is the program's wrong answer, never a crash.
+    except bounded_json.JsonTooLarge as error:
+        verdict, message = Verdict.WA, f"return value rejected: {error}"
+    except Exception as error:  # noqa: BLE001
+        verdict, message = (
+            Verdict.RE,
+            f"the harness report is unreadable: {type(error).__name__}: {error}"[:500],
         )
-    verdict, message = _report_verdict(report, test, request, spec)
     return result_of(verdict, process, message, user_stdout, TEST_TEXT_LIMIT)
 
 
-def _report_verdict(
-    report: dict, test: CallTest | AssertTest, request: RunRequest, spec: LanguageSpec
-) -> tuple[Verdict, str]:
+def _report_verdict(report: dict, test: CallTest | AssertTest, request: RunRequest) -> tuple[Verdict, str]:
     status, message = report.get("status"), str(report.get("message", ""))
     if status == "ok" and isinstance(test, AssertTest):
         return Verdict.AC, ""
@@ -263,12 +283,7 @@ def _report_verdict(
     if status == "unserialisable":
         return Verdict.WA, f"return value is not JSON-serialisable: {message}"
     if status == "error":
-        text = f"{report.get('exception', '')}: {message}"
-        if any(marker.decode() in text for marker in spec.memory_error_markers):
-            return Verdict.MLE, text
-        if any(marker.decode() in text for marker in spec.output_error_markers):
-            return Verdict.OLE, text
-        return Verdict.RE, text
+        return Verdict.RE, f"{report.get('exception', '')}: {message}"
     if status == "exited":
         return Verdict.RE, message
     return Verdict.RE, "the program ended before the test completed"
@@ -278,7 +293,9 @@ def _compare_call(value_json: object, test: CallTest, float_tolerance: float | N
     if not isinstance(value_json, str):
         return Comparison(False, "no return value reported")
     try:
-        actual = json.loads(value_json)
+        actual = bounded_json.loads(value_json)
+    except bounded_json.JsonTooLarge as error:
+        return Comparison(False, f"return value rejected: {error}")
     except ValueError:
         return Comparison(False, "return value is not valid JSON")
     expected = json.loads(json.dumps(test.expected))  # tuples become lists, as they do in the jail

@@ -5,7 +5,7 @@ All paths are inside the jail, where the session's work directory is mounted at 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sandbox.types import Language
 
@@ -21,10 +21,6 @@ class LanguageSpec:
     compile_argv: tuple[str, ...] | None
     run_argv: tuple[str, ...]
     supports_harness: bool  # call and assert tests need the Python harness
-    # stderr fragments that turn a runtime error into MLE (allocation failed under the memory limit)
-    memory_error_markers: tuple[bytes, ...] = field(default_factory=tuple)
-    # stderr fragments that turn a runtime error into OLE (a file hit the size limit or filled /tmp)
-    output_error_markers: tuple[bytes, ...] = field(default_factory=tuple)
 
 
 LANGUAGES: dict[Language, LanguageSpec] = {
@@ -34,9 +30,6 @@ LANGUAGES: dict[Language, LanguageSpec] = {
         compile_argv=None,
         run_argv=(*PYTHON_ARGV, "main.py"),
         supports_harness=True,
-        memory_error_markers=(b"MemoryError",),
-        # Python ignores SIGXFSZ, so the file size limit surfaces as an exception
-        output_error_markers=(b"[Errno 27] File too large", b"[Errno 28] No space left on device"),
     ),
     Language.CPP: LanguageSpec(
         language=Language.CPP,
@@ -44,7 +37,6 @@ LANGUAGES: dict[Language, LanguageSpec] = {
         compile_argv=("g++", "-O2", "-std=c++17", "-pipe", "-o", "main", "main.cpp"),
         run_argv=("./main",),
         supports_harness=False,
-        memory_error_markers=(b"std::bad_alloc",),
     ),
 }
 

@@ -151,7 +151,14 @@ async def handle_ping(request: web.Request) -> web.Response:
 
 
 async def handle_health(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok", "backend": request.app[_executor_key].backend.name})
+    """200 when a jail can be had (or every slot is busy serving); 503 with the reason otherwise."""
+    executor = request.app[_executor_key]
+    reason = await executor.unhealthy_reason()
+    if reason is not None:
+        return web.json_response(
+            {"status": "unhealthy", "backend": executor.backend.name, "reason": reason}, status=503
+        )
+    return web.json_response({"status": "ok", "backend": executor.backend.name})
 
 
 async def handle_metrics(request: web.Request) -> web.Response:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import functools
 import json
@@ -32,23 +31,24 @@ from pathlib import Path
 
 from sandbox.backends.base import Limits, ProcessResult, SandboxFailure
 from sandbox.backends.cgroups import CgroupRun, SessionCgroup
+from sandbox.backends.jail_init import JAIL_INIT_PATH, build_jail_init
 from sandbox.backends.process import collect_process
+from sandbox.backends.tree import file_sizes, remove_tree
 from sandbox.backends.uids import UidPool
 
 # Just enough of /etc for the dynamic linker, locale-free Python and g++; never shadow, passwd, hosts.
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "alternatives")
 JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
-TMP_SIZE_BYTES = 64 << 20  # the private /tmp is RAM: keep it small
-EXTRA_PROCESSES = 4  # bwrap's own two processes (supervisor, PID namespace init) and slack
+EXTRA_PROCESSES = 4  # bwrap's supervisor, our init and slack
+# Memory of the jail's own processes (bwrap's supervisor, our init; the harness's parent for
+# call and assert tests) on top of the program's limit, all in one cgroup with the program.
+JAIL_OVERHEAD_MB = 24
 # The kernel (6.x) releases a finished jail's share of its uid's process count lazily, so a uid
 # reused at once can look busy for a while. With a pids cgroup (exact, per run) RLIMIT_NPROC is
 # only a loose backstop; without one it is the limit, and a refused jail start is retried.
 NPROC_BACKSTOP = 1024
-PR_SET_CHILD_SUBREAPER = 36
 SETUP_ATTEMPTS = 5
 SETUP_RETRY_S = 0.05
-EXEC_FAILED_PREFIX = b"bwrap: execvp "
-EXEC_FAILED_EXIT_CODE = 127  # what a shell reports for a command it cannot execute
 PRLIMIT_OPTIONS = {
     resource.RLIMIT_CPU: "cpu", resource.RLIMIT_AS: "as", resource.RLIMIT_FSIZE: "fsize",
     resource.RLIMIT_NPROC: "nproc", resource.RLIMIT_NOFILE: "nofile", resource.RLIMIT_CORE: "core",
@@ -71,27 +71,46 @@ def root_mounts() -> tuple[str, ...]:
     return tuple(mounts)
 
 
+@dataclasses.dataclass(frozen=True)
+class JailPaths:
+    """Host paths that one jail uses: its writable dirs and our init binary."""
+
+    work_dir: Path  # mounted at /work
+    tmp_dir: Path  # mounted at /tmp; on the host, so that the host can measure what was written
+    init: Path
+
+
 def bwrap_argv(
-    bwrap: str, work_dir: Path, uid: int, argv: list[str], status_fd: int | None = None
+    bwrap: str, paths: JailPaths, uid: int, argv: list[str], status_fd: int, init_status_fd: int
 ) -> list[str]:
-    """The bwrap command line that runs `argv` in /work of a fresh jail; bwrap reports to `status_fd`."""
-    status = ["--json-status-fd", str(status_fd)] if status_fd is not None else []
+    """The bwrap command line that runs `argv` in /work of a fresh jail under our init.
+
+    bwrap reports the jail's set-up to `status_fd`; the init reports the program's wait status
+    to `init_status_fd`.
+    """
     return [
-        bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
-        "--uid", str(uid), "--gid", str(uid), "--cap-drop", "ALL", "--disable-userns", *status,
+        bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--as-pid-1",
+        "--uid", str(uid), "--gid", str(uid), "--cap-drop", "ALL", "--disable-userns",
+        "--json-status-fd", str(status_fd),
         *root_mounts(),
-        "--proc", "/proc", "--dev", "/dev", "--size", str(TMP_SIZE_BYTES), "--tmpfs", "/tmp",
-        "--bind", str(work_dir), "/work", "--remount-ro", "/", "--chdir", "/work",
+        "--proc", "/proc", "--dev", "/dev", "--bind", str(paths.tmp_dir), "/tmp",
+        "--bind", str(paths.work_dir), "/work", "--ro-bind", str(paths.init), JAIL_INIT_PATH,
+        "--remount-ro", "/", "--chdir", "/work",
         "--clearenv", "--setenv", "PATH", JAIL_PATH, "--setenv", "HOME", "/work",
         "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONIOENCODING", "utf-8",
-        "--", *argv,
+        "--", JAIL_INIT_PATH, str(init_status_fd), *argv,
     ]  # fmt: skip
 
 
-def rlimits(limits: Limits, max_processes: int) -> dict[int, tuple[int, int]]:
-    """(soft, hard) per resource: the soft CPU limit raises SIGXCPU, the hard one a second later SIGKILL."""
+def rlimits(limits: Limits, max_processes: int, address_space: bool = True) -> dict[int, tuple[int, int]]:
+    """(soft, hard) per resource: the soft CPU limit raises SIGXCPU, the hard one a second later SIGKILL.
+
+    `address_space`: limit each process's address space to the memory limit, the fallback where
+    no cgroup holds the run's memory (an allocation then fails inside the program, which we
+    cannot tell apart from any other error: RE, not MLE).
+    """
     cpu = max(1, int(limits.cpu_time_s + 0.999))
-    memory = limits.memory_mb << 20
+    memory = limits.memory_mb << 20 if address_space else resource.RLIM_INFINITY
     file_size = limits.max_file_size_mb << 20
     return {
         resource.RLIMIT_CPU: (cpu, cpu + 1),
@@ -173,11 +192,6 @@ class JailStatus:
     def exit_code(self) -> int | None:
         return self._field("exit-code")
 
-    @property
-    def init_pid(self) -> int | None:
-        """The host pid of the jail's PID namespace init (bwrap's second process)."""
-        return self._field("child-pid")
-
     def kill_namespace(self, supervisor_pid: int) -> bool:
         """SIGKILL the jail's PID namespace init (the kernel then kills all of the namespace).
 
@@ -205,29 +219,37 @@ class JailStatus:
             os.close(pidfd)
 
 
-def become_subreaper() -> None:
-    """Adopt the jails' init processes when their bwrap supervisor exits.
+class InitStatus:
+    """The pipe on which our jail init reports the program's raw wait status (see jail_init.py)."""
 
-    bwrap's supervisor exits as soon as the init reports the program's exit code, without
-    reaping it. The orphaned init would otherwise wait, a zombie, for the host's PID 1, which
-    inside a container or a minimal VM may reap late or never; meanwhile it is counted against
-    the jail uid's processes and the session cgroup's pids limit. Orphans of other children of
-    this process are adopted too; Python reaps only the children it started, so those stay
-    zombies until this process exits (the sandbox's own processes are all reaped here).
-    """
-    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        raise SandboxFailure(f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(ctypes.get_errno())}")
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+
+    def close_write(self) -> None:
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+
+    def close(self) -> None:
+        self.close_write()
+        os.close(self.read_fd)
+
+    def wait_status(self) -> int | None:
+        """The status, once the jail is over; None if the init never reported (it was killed)."""
+        try:
+            text = os.read(self.read_fd, 64)
+        except BlockingIOError:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            return None
 
 
-async def reap_orphan(pid: int | None) -> None:
-    """Reap a jail's init, adopted when its supervisor exited; it is dead or about to die."""
-    if pid is None:
-        return
-    try:
-        if os.waitpid(pid, os.WNOHANG) == (0, 0):  # still exiting: wait for it off the event loop
-            await asyncio.to_thread(os.waitpid, pid, 0)
-    except ChildProcessError:  # not adopted (its supervisor still runs, killed by the host backstop)
-        pass
+def any_file_at_least(directories: tuple[Path, ...], size: int) -> bool:
+    """Whether a file under `directories` reached `size`: the run hit its file size limit."""
+    return any(file_size >= size for directory in directories for file_size in file_sizes(directory))
 
 
 class _JailRefused(Exception):
@@ -237,9 +259,11 @@ class _JailRefused(Exception):
 class BwrapSession:
     """A private work dir owned by the session's uid; every `run` is a new jail over it."""
 
-    def __init__(self, backend: BwrapBackend, work_dir: Path, uid: int) -> None:
+    def __init__(self, backend: BwrapBackend, root: Path, uid: int) -> None:
         self._backend = backend
-        self.work_dir = work_dir
+        self.root = root
+        self.paths = JailPaths(root / "work", root / "tmp", backend.init)
+        self.work_dir = self.paths.work_dir
         self.uid = uid
         self._cgroup: SessionCgroup | None = None
         self._cgroup_tried = False
@@ -253,11 +277,7 @@ class BwrapSession:
             raise ValueError(f"file name {name!r} must be a plain name inside the work dir")
         path = self.work_dir / name
         # The jail owns this dir and may have planted a symlink or hard link here: replace, never follow.
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+        remove_tree(path)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         try:
             os.fchown(fd, self.uid, self.uid)
@@ -280,13 +300,17 @@ class BwrapSession:
     async def _run_once(self, argv: list[str], stdin: bytes, limits: Limits) -> ProcessResult:
         cgroup = self._start_cgroup_run(limits)
         max_processes = NPROC_BACKSTOP if cgroup is not None else limits.max_processes + EXTRA_PROCESSES
-        preexec = jail_preexec(rlimits(limits, max_processes), cgroup.cgroup.procs_files if cgroup else [])
-        status = JailStatus()
+        process_limits = rlimits(limits, max_processes, address_space=cgroup is None)
+        preexec = jail_preexec(process_limits, cgroup.cgroup.procs_files if cgroup else [])
+        status, init_status = JailStatus(), InitStatus()
         started = time.monotonic()  # the jail's start-up counts as the run's time, as its CPU does
         try:
-            command = bwrap_argv(self._backend.bwrap, self.work_dir, self.uid, argv, status.write_fd)
-            process = await self._spawn(command, preexec, status.write_fd)
-            status.close_write()  # bwrap holds the only writer now: reading it never waits on us
+            command = bwrap_argv(
+                self._backend.bwrap, self.paths, self.uid, argv, status.write_fd, init_status.write_fd
+            )
+            process = await self._spawn(command, preexec, (status.write_fd, init_status.write_fd))
+            status.close_write()  # bwrap holds the only writers now: reading never waits on us
+            init_status.close_write()
             result = await collect_process(
                 process,
                 stdin,
@@ -295,24 +319,42 @@ class BwrapSession:
                 kill_jail=lambda: status.kill_namespace(process.pid),
                 started=started,
             )
-            exit_code = status.exit_code
-            await reap_orphan(status.init_pid)
+            jail_started = status.exit_code is not None
+            wait_status = init_status.wait_status()
         finally:
             status.close()
-        if exit_code is not None or result.memory_exceeded:  # the program ran (only it can fill memory)
-            return result
-        # Nothing of the program ran: stderr is bwrap's own, and says whether the program was
-        # missing (the program's failure, as a shell would report it) or the jail failed (ours).
-        if result.stderr.startswith(EXEC_FAILED_PREFIX):
-            return dataclasses.replace(result, exit_code=EXEC_FAILED_EXIT_CODE, signal=None)
+            init_status.close()
+        if wait_status is not None:  # the program ran, and this is how it ended
+            return await self._judged_result(result, wait_status, limits)
+        if result.timed_out or result.output_exceeded or result.memory_exceeded:
+            return result  # the host (or the memory limit) ended the jail before the program did
+        if jail_started:
+            raise SandboxFailure(f"the jail's init ended without reporting the program's status: {result}")
         reason = result.stderr[-500:].decode(errors="replace").strip() or f"exit status {result.exit_code}"
         if "Resource temporarily unavailable" in reason:
             raise _JailRefused(reason)
         raise SandboxFailure(f"bwrap could not set up the jail: {reason}")
 
+    async def _judged_result(self, result: ProcessResult, wait_status: int, limits: Limits) -> ProcessResult:
+        """The run's result with the program's real exit status and the limits measured over the whole run."""
+        code = os.waitstatus_to_exitcode(wait_status)
+        exit_code, signal_number = (code, None) if code >= 0 else (None, -code)
+        cpu_exhausted = signal_number == signal.SIGXCPU or result.cpu_time_s > limits.cpu_time_s
+        file_limit = limits.max_file_size_mb << 20
+        files_full = await asyncio.to_thread(
+            any_file_at_least, (self.paths.work_dir, self.paths.tmp_dir), file_limit
+        )
+        return dataclasses.replace(
+            result,
+            exit_code=exit_code,
+            signal=signal_number,
+            timed_out=result.timed_out or cpu_exhausted,
+            output_exceeded=result.output_exceeded or signal_number == signal.SIGXFSZ or files_full,
+        )
+
     def _start_cgroup_run(self, limits: Limits) -> CgroupRun | None:
         """This run's share of the session cgroup (made on first use); None where the host has none."""
-        memory = (limits.memory_mb << 20) * 2 + (64 << 20)  # two processes (harness) and slack
+        memory = (limits.memory_mb + JAIL_OVERHEAD_MB) << 20  # every process of the run, and its /dev files
         processes = limits.max_processes + EXTRA_PROCESSES
         if self._cgroup is None and not self._cgroup_tried:
             self._cgroup_tried = True
@@ -329,7 +371,7 @@ class BwrapSession:
             return self._cgroup.start_run(memory, processes)
 
     async def _spawn(
-        self, command: list[str], preexec: Callable[[], None], status_fd: int
+        self, command: list[str], preexec: Callable[[], None], status_fds: tuple[int, ...]
     ) -> asyncio.subprocess.Process:
         try:
             return await asyncio.create_subprocess_exec(
@@ -344,22 +386,27 @@ class BwrapSession:
                 cwd="/",
                 env={"PATH": "/usr/bin:/bin"},
                 preexec_fn=preexec,
-                pass_fds=(status_fd,),
+                pass_fds=status_fds,
             )
         except (OSError, subprocess.SubprocessError) as error:
             raise SandboxFailure(f"cannot start bwrap: {error}") from error
 
     async def close(self) -> None:
+        """Kill what is left, remove the work dir; the uid is released whatever fails."""
         failures = []
-        if self._cgroup is not None:  # first: nothing of the session's runs may outlive it
+        try:
+            if self._cgroup is not None:  # first: nothing of the session's runs may outlive it
+                try:
+                    await asyncio.to_thread(self._cgroup.remove)
+                except OSError as error:
+                    failures.append(str(error))
             try:
-                await asyncio.to_thread(self._cgroup.remove)
+                await asyncio.to_thread(remove_tree, self.root)
             except OSError as error:
-                failures.append(str(error))
-        await asyncio.to_thread(shutil.rmtree, self.work_dir, ignore_errors=True)
-        self._backend.uids.release(self.uid)
-        if self.work_dir.exists():
-            failures.append(f"could not remove the session dir {self.work_dir}")
+                failures.append(f"could not remove the session dir {self.root}: {error}")
+        finally:
+            # Files left behind stay in a dir only this session's jail mounted: the uid is safe to reuse.
+            self._backend.uids.release(self.uid)
         if failures:
             raise SandboxFailure("; ".join(failures))
 
@@ -369,10 +416,11 @@ class BwrapBackend:
 
     name = "bwrap"
 
-    def __init__(self, bwrap: str, uids: UidPool, work_root: Path) -> None:
+    def __init__(self, bwrap: str, uids: UidPool, work_root: Path, init: Path) -> None:
         self.bwrap = bwrap
         self.uids = uids
         self.work_root = work_root
+        self.init = init
 
     @classmethod
     async def create(
@@ -392,21 +440,23 @@ class BwrapBackend:
                     f"{parent.stat().st_mode & 0o777:o}); choose a work_root whose parents are world-executable"
                 )
         root.mkdir(mode=0o711, exist_ok=True)
-        become_subreaper()
         # uid locks are machine-wide whatever the work root: two pools must never share a uid
         uid_locks = Path(tempfile.gettempdir()) / "sandbox-bwrap-uids"
-        return cls(bwrap, UidPool(uid_base, num_uids, uid_locks), root)
+        init = await asyncio.to_thread(build_jail_init)
+        return cls(bwrap, UidPool(uid_base, num_uids, uid_locks), root, init)
 
     async def open_session(self) -> BwrapSession:
         uid = await self.uids.acquire()
         try:
-            work_dir = Path(tempfile.mkdtemp(prefix=f"session-{uid}-", dir=self.work_root))
-            os.chown(work_dir, uid, uid)
-            os.chmod(work_dir, 0o700)
+            root = Path(tempfile.mkdtemp(prefix=f"session-{uid}-", dir=self.work_root))
+            os.chmod(root, 0o711)  # root's; the jail uid (running bwrap) only traverses it
+            for name in ("work", "tmp"):
+                os.mkdir(root / name, 0o700)
+                os.chown(root / name, uid, uid)
         except OSError:
             self.uids.release(uid)
             raise
-        return BwrapSession(self, work_dir, uid)
+        return BwrapSession(self, root, uid)
 
     async def close(self) -> None:
         """Sessions clean up after themselves; nothing is pooled."""

@@ -25,7 +25,6 @@ import math
 import os
 import resource
 import selectors
-import shutil
 import signal
 import stat
 import struct
@@ -46,12 +45,14 @@ SYSV_IPC_OBJECTS = (
     ("/proc/sysvipc/sem", "semctl"),
 )
 IPC_RMID = 0
+OOM_COUNT_WAIT_S = 0.1
 OOM_FILES = ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events")
 CHILD_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK_DIR, "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
 MAX_OPEN_FILES = 256
 # POSIX message queue bytes per uid, the kernel's default: nine queues of default size.
 MAX_QUEUE_BYTES = 819200
 READ_CHUNK = 65536
+DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 PR_SET_DUMPABLE = 4
 
 
@@ -81,6 +82,15 @@ def oom_kill_count():
         except OSError:
             continue
     return 0
+
+
+def _oom_counted_within(oom_before, wait_s):
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if oom_kill_count() > oom_before:
+            return True
+        time.sleep(0.002)
+    return oom_kill_count() > oom_before
 
 
 def other_processes():
@@ -305,6 +315,10 @@ def _result(status, pump, limits, wall_time_s, cpu_time_s, timed_out, suspicious
     exit_code, signal_number = (code, None) if code >= 0 else (None, -code)
     cpu_exceeded = signal_number == signal.SIGXCPU or cpu_time_s > limits["cpu_time_s"]
     memory_exceeded = oom_kill_count() > oom_before
+    if signal_number == signal.SIGKILL and not (timed_out or memory_exceeded or pump.output_exceeded):
+        # The kernel counts an OOM kill after it sent the SIGKILL, so the victim can be reaped
+        # before the count moves: wait for it, briefly, only for a SIGKILL the runner did not send.
+        memory_exceeded = _oom_counted_within(oom_before, OOM_COUNT_WAIT_S)
     stdout, stderr = pump.outputs.values()
     return {
         "exit_code": exit_code,
@@ -343,14 +357,89 @@ def _scratch_full(max_file_size):
         usage = os.statvfs(directory)
         if usage.f_bavail == 0 or usage.f_favail == 0:  # out of space or out of inodes
             return True
-        for root, _, names in os.walk(directory):
-            for name in names:
+        if any(size >= max_file_size for size in file_sizes(directory)):
+            return True
+    return False
+
+
+def _directory_entries(directory_fd):
+    """(subdirectory names, [(file name, size)]) of one directory; nothing is followed."""
+    subdirectories, files = [], []
+    with os.scandir(directory_fd) as entries:
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    subdirectories.append(entry.name)
+                else:
+                    files.append((entry.name, entry.stat(follow_symlinks=False).st_size))
+            except OSError:
+                continue
+    return subdirectories, files
+
+
+def walk_tree(path, on_files, on_leave=None):
+    """Visit a tree of any depth iteratively, through directory fds (a program may build trees
+    deeper than Python's stack or PATH_MAX): on_files(fd, files) per directory, and
+    on_leave(parent_fd, name) after a subdirectory's contents were visited. Unreadable
+    directories are made readable (the runner owns everything under the scratch dirs).
+    The same walk as sandbox/backends/tree.py, which this file cannot import."""
+    fd = os.open(path, DIRECTORY_FLAGS)
+    names, pending = [], []
+    try:
+        subdirectories, files = _directory_entries(fd)
+        on_files(fd, files)
+        pending.append(subdirectories)
+        while True:
+            if pending[-1]:
+                name = pending[-1].pop()
                 try:
-                    if os.lstat(os.path.join(root, name)).st_size >= max_file_size:
-                        return True
+                    os.chmod(name, 0o700, dir_fd=fd)
+                    child = os.open(name, DIRECTORY_FLAGS, dir_fd=fd)
                 except OSError:
                     continue
-    return False
+                os.close(fd)
+                fd = child
+                names.append(name)
+                subdirectories, files = _directory_entries(fd)
+                on_files(fd, files)
+                pending.append(subdirectories)
+                continue
+            pending.pop()
+            if not names:
+                return
+            parent = os.open("..", DIRECTORY_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            name = names.pop()
+            if on_leave is not None:
+                on_leave(fd, name)
+    finally:
+        os.close(fd)
+
+
+def file_sizes(directory):
+    sizes = []
+    walk_tree(directory, lambda _, files: sizes.extend(size for _, size in files))
+    return sizes
+
+
+def empty_tree(directory):
+    """Remove everything under directory (not directory itself)."""
+
+    def unlink_files(fd, files):
+        for name, _ in files:
+            try:
+                os.unlink(name, dir_fd=fd)
+            except OSError:
+                pass
+
+    def remove_directory(parent_fd, name):
+        try:
+            os.rmdir(name, dir_fd=parent_fd)
+        except OSError:
+            pass  # still listed: reset() reports the container unclean and it is recycled
+
+    walk_tree(directory, unlink_files, remove_directory)
 
 
 def _other_writable_dirs_empty():
@@ -396,20 +485,11 @@ def remove_path(path):
     except FileNotFoundError:
         return
     if stat.S_ISDIR(mode):  # lstat: a symlink to a directory is not a directory here
-        shutil.rmtree(path, onerror=_make_removable)
+        os.chmod(path, 0o700)  # jailed code may chmod its directories to 000
+        empty_tree(path)
+        os.rmdir(path)
     else:
         os.unlink(path)
-
-
-def _make_removable(function, path, _):
-    # Jailed code may chmod its directories to 000; the runner owns them and can undo that.
-    os.chmod(os.path.dirname(path), 0o700)
-    if not os.path.islink(path):  # chmod follows links: never change what a link points to
-        os.chmod(path, 0o700)
-    if function in (os.rmdir, os.unlink, os.remove):
-        function(path)
-    else:  # a directory rmtree could not open or list (it gives up on it): remove it afresh
-        remove_path(path)
 
 
 def reset():

@@ -116,7 +116,7 @@ async def test_a_program_that_cannot_be_executed_is_the_programs_failure(backend
     finally:
         await session.close()
     assert (result.exit_code, result.signal) == (127, None)
-    assert result.stderr == b"bwrap: execvp /work/missing: No such file or directory\n"
+    assert result.stderr == b"cannot execute /work/missing: No such file or directory\n"
 
 
 async def test_a_jail_past_its_wall_clock_is_killed_and_still_reported_by_bwrap(

@@ -37,8 +37,10 @@ def _process(**fields) -> ProcessResult:
         ({"exit_code": None, "signal": signal.SIGXFSZ}, Verdict.OLE),
         ({"exit_code": 1}, Verdict.RE),
         ({"exit_code": None, "signal": signal.SIGSEGV}, Verdict.RE),
-        ({"exit_code": 1, "stderr": b"Traceback ...\nMemoryError\n"}, Verdict.MLE),
-        ({"exit_code": 1, "stderr": b"OSError: [Errno 27] File too large\n"}, Verdict.OLE),
+        # What the program prints never decides: these are runtime errors like any other.
+        ({"exit_code": 1, "stderr": b"Traceback ...\nMemoryError\n"}, Verdict.RE),
+        ({"exit_code": 1, "stderr": b"OSError: [Errno 27] File too large\n"}, Verdict.RE),
+        ({"exit_code": 1, "stderr": b"OSError: [Errno 28] No space left on device\n"}, Verdict.RE),
         ({"timed_out": True, "memory_exceeded": True}, Verdict.TLE),  # the clock ran out first
     ],
 )
@@ -46,10 +48,9 @@ def test_process_results_map_to_verdicts(fields: dict, verdict: Verdict | None) 
     assert process_verdict(_process(**fields), PYTHON) == verdict
 
 
-def test_bad_alloc_is_mle_for_cpp_only() -> None:
+def test_bad_alloc_text_is_a_runtime_error_in_every_language() -> None:
     crashed = _process(exit_code=None, signal=signal.SIGABRT, stderr=b"what():  std::bad_alloc\n")
-    assert process_verdict(crashed, CPP) == Verdict.MLE
-    assert process_verdict(crashed, PYTHON) == Verdict.RE
+    assert (process_verdict(crashed, CPP), process_verdict(crashed, PYTHON)) == (Verdict.RE, Verdict.RE)
 
 
 def _result(verdict: Verdict) -> TestResult:
@@ -98,7 +99,7 @@ def test_output_without_the_runs_marker_never_passes() -> None:
     [
         ({"status": "assertion_failed", "message": ""}, Verdict.WA, "assertion failed"),
         ({"status": "exited", "message": "exit(0) before the test completed"}, Verdict.RE, "exit(0) before the test completed"),
-        ({"status": "error", "exception": "MemoryError", "message": ""}, Verdict.MLE, "MemoryError: "),
+        ({"status": "error", "exception": "MemoryError", "message": ""}, Verdict.RE, "MemoryError: "),
         ({"status": "error", "exception": "ZeroDivisionError", "message": "division by zero"}, Verdict.RE, "ZeroDivisionError: division by zero"),
         ({"status": "no_report"}, Verdict.RE, "the program ended before the test completed"),
     ],

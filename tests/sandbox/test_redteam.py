@@ -516,7 +516,9 @@ async def test_many_sequential_runs_leave_nothing_behind(
         request = _plain(LEAVE_TRACES.format(index=index)).model_copy(update={"limits": RunLimits(time_s=10)})
         response = await executor.run(request)
         assert response.run is not None, response.model_dump_json(exclude_defaults=True)
-        assert (response.verdict, response.run.stdout) == (Verdict.AC, f"{index} ['main.py'] [] 0\n"), response
+        assert (response.verdict, response.run.stdout) == (Verdict.AC, f"{index} ['main.py'] [] 0\n"), (
+            response
+        )
     elapsed = time.monotonic() - started
     print(f"{backend_name}: {num_runs} sequential runs, {1000 * elapsed / num_runs:.1f} ms per run")
     assert _held_test_uids(jail_root) == []
