@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     for warning in config.warnings():
         print(f"warning: {warning}", file=sys.stderr)
     # Heavy imports only after the config is known to be valid.
+    from agentrl.engine.sglang_protocol import EngineRequestError
     from agentrl.trainer.components import build_env_factory, build_trainer
     from agentrl.trainer.health import RunStopped
 
@@ -53,7 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     if is_main:
         (run_dir / "config.yaml").write_text(dump_config(config))
     try:
-        asyncio.run(build_trainer(config, run_dir).fit())
+        trainer = build_trainer(config, run_dir)
+    except (ValueError, EngineRequestError) as error:  # bad data files, an engine that does not answer
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(trainer.fit())
     except RunStopped as stopped:
         print(f"error: {stopped}", file=sys.stderr)
         return 1

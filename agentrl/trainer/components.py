@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 
 from agentrl.config import Config
 from agentrl.data import generated_rows, load_rows
-from agentrl.engine.transformers_engine import TransformersEngine
+from agentrl.engine.factory import build_engine
 from agentrl.env.registry import make
 from agentrl.rewards.apply import RewardFunctions
 from agentrl.rollout.chat_template import ChatTemplate
@@ -105,11 +105,12 @@ def build_trainer(config: Config, run_dir: Path) -> Trainer:
     model_path = resolve_model_path(config.model.path)
     dtype = DTYPES[config.model.dtype]
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    engine = TransformersEngine.from_pretrained(
-        model_path,
+    engine = build_engine(
+        config.model,
+        config.engine,
+        model_path=model_path,
         device=resolve_device(config.engine.device),
         dtype=dtype,
-        max_batch_size=config.engine.max_batch_size,
         seed=config.trainer.seed,
     )
     worker_kwargs = {

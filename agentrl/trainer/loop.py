@@ -234,6 +234,7 @@ class Trainer:
             parts.actor.save_hf(parts.run_dir / "hf_model")
         finally:
             logger.close()
+            await parts.engine.close()  # stops an engine server the run launched
         return final_metrics
 
     @staticmethod

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -241,3 +243,50 @@ def test_trl_and_verl_reward_files_train_unchanged(tmp_path, reward_overrides):
         assert f"reward/{name}/mean" in step and f"reward/{name}/std" in step
     for trajectory in map(json.loads, (tmp_path / "rollouts" / "step_1.jsonl").read_text().splitlines()):
         assert "env_reward" in trajectory["info"]  # the env's own reward is kept beside the functions'
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_for_health(url: str, server: subprocess.Popen, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert server.poll() is None, server.stderr.read()
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "the served engine never answered /health"
+        time.sleep(0.5)
+
+
+def test_training_against_the_served_engine_over_the_sglang_protocol(tmp_path):
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "agentrl.engine.serve", "--model", "tiny", "--port", str(port), "--device", "cpu"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for_health(f"http://127.0.0.1:{port}", server)
+        result = train(
+            tmp_path, "env=math", "engine=sglang", f"engine.url=http://127.0.0.1:{port}",
+            "trainer.total_training_steps=2", "trainer.logger=[console]", "trainer.device=cpu", *TINY,
+        )  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert result.returncode == 0, result.stderr[-3000:]
+    _, first, second = metrics(tmp_path)
+    # Step 2 was sampled from the weights step 1 sent: the served logprobs match the trainer's.
+    assert first["actor/grad_norm"] > 0
+    assert second["rollout/logprob_diff_max"] < 1e-3
+    versions = {
+        t["policy_version"]
+        for t in map(json.loads, (tmp_path / "rollouts" / "step_2.jsonl").read_text().splitlines())
+    }
+    assert versions == {1}
