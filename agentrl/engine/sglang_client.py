@@ -133,7 +133,7 @@ class SGLangEngine:
             raise EngineRequestError(f"server serves weight_version {served} after loading version {version}")
 
     async def flush_cache(self) -> None:
-        await self._call("POST", "/flush_cache", None)
+        await self._call("POST", "/flush_cache", None, answers_json=False)  # SGLang answers plain text
 
     async def policy_version(self) -> int:
         """The version the server reports now (`/get_model_info`'s weight_version)."""
@@ -141,10 +141,14 @@ class SGLangEngine:
 
     async def release_memory_occupation(self, tags: list[str] | None = None) -> None:
         """Free the server's GPU memory (SGLang: weights and/or kv_cache) while training runs."""
-        await self._call("POST", "/release_memory_occupation", {"tags": tags} if tags else {})
+        await self._call(
+            "POST", "/release_memory_occupation", {"tags": tags} if tags else {}, answers_json=False
+        )
 
     async def resume_memory_occupation(self, tags: list[str] | None = None) -> None:
-        await self._call("POST", "/resume_memory_occupation", {"tags": tags} if tags else {})
+        await self._call(
+            "POST", "/resume_memory_occupation", {"tags": tags} if tags else {}, answers_json=False
+        )
 
     # ---- transport ----
 
@@ -160,8 +164,11 @@ class SGLangEngine:
             self._session_loop = loop
         return self._session
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
-        """One request with retries, all of them within `request_timeout_s`."""
+    async def _call(
+        self, method: str, path: str, body: dict[str, Any] | None, *, answers_json: bool = True
+    ) -> Any:
+        """One request with retries, all of them within `request_timeout_s`; the decoded answer,
+        or its text where the route's answer carries nothing to read (`answers_json=False`)."""
         last_failure = "no attempt finished"
         try:
             async with asyncio.timeout(self.request_timeout_s):
@@ -173,7 +180,7 @@ class SGLangEngine:
                 ):
                     with attempt:
                         try:
-                            return await self._attempt(method, path, body)
+                            return await self._attempt(method, path, body, answers_json)
                         except ServerUnavailable as failure:
                             last_failure = str(failure)
                             raise
@@ -188,7 +195,7 @@ class SGLangEngine:
                 f"{self.request_timeout_s}; last failure: {last_failure}"
             ) from None
 
-    async def _attempt(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+    async def _attempt(self, method: str, path: str, body: dict[str, Any] | None, answers_json: bool) -> Any:
         session = self._session_for_this_loop()
         try:
             async with session.request(method, f"{self.url}{path}", json=body) as response:
@@ -199,7 +206,7 @@ class SGLangEngine:
             raise ServerUnavailable(f"HTTP {response.status}: {text[:500]}")
         if response.status >= 400:
             raise EngineRequestError(f"{method} {path} was refused (HTTP {response.status}): {text[:2000]}")
-        if path == "/flush_cache":  # answers plain text
+        if not answers_json:
             return text
         try:
             return json.loads(text)
