@@ -99,7 +99,13 @@ class SGLangEngine:
         """Export `state_dict` under `weights_dir`, have the server load it as `version`, check it."""
         export = self.weights_dir / f"version_{version}"
         await asyncio.to_thread(export_checkpoint, state_dict, export, self.model_path)
-        await self.update_weights_from_disk(export, version)
+        try:
+            await self.update_weights_from_disk(export, version)
+        except EngineRequestError as error:
+            raise EngineRequestError(
+                f"{error} (the server must be able to read {export}: on another machine, set "
+                "engine.weights_dir to a directory both can reach)"
+            ) from None
         if self._last_export is not None and self._last_export != export:
             shutil.rmtree(self._last_export, ignore_errors=True)  # only the served export is kept
         self._last_export = export

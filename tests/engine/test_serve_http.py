@@ -12,7 +12,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from transformers import AutoTokenizer
 
 from agentrl.engine.http_server import ServedEngine, build_app
+from agentrl.engine.protocol import SamplingParams
 from agentrl.engine.serve import is_loopback
+from agentrl.engine.sglang_client import SGLangEngine
+from agentrl.engine.sglang_protocol import EngineRequestError
 from agentrl.engine.transformers_engine import TransformersEngine
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
 
@@ -160,6 +163,22 @@ async def test_with_an_api_key_every_route_but_health_needs_it() -> None:
         assert (await client.get("/get_model_info", headers={"Authorization": "Bearer wrong"})).status == 401
         assert (await client.get("/get_model_info", headers={"Authorization": "Bearer k3y"})).status == 200
     finally:
+        await client.close()
+        await served.engine.close()
+
+
+async def test_the_sglang_client_sends_its_api_key() -> None:
+    client, served = await start(api_key="k3y")
+    url = str(client.make_url("")).rstrip("/")
+    keyed, unkeyed = SGLangEngine(url, model_path=MODEL, api_key="k3y"), SGLangEngine(url, model_path=MODEL)
+    try:
+        generation = await keyed.generate(PROMPT, SamplingParams(max_new_tokens=2))
+        assert len(generation.completion_ids) == 2
+        with pytest.raises(EngineRequestError, match=r"refused \(HTTP 401\)"):
+            await unkeyed.generate(PROMPT, SamplingParams(max_new_tokens=2))
+    finally:
+        await keyed.close()
+        await unkeyed.close()
         await client.close()
         await served.engine.close()
 

@@ -213,3 +213,17 @@ async def test_a_server_that_never_answers_gives_an_error_at_the_deadline() -> N
     finally:
         await engine.close()
         silent.close()
+
+
+async def test_a_refused_weight_load_says_the_server_must_read_the_export(tmp_path) -> None:
+    runner, url, hits = await counting_server(400, '{"success": false, "message": "no such directory"}')
+    engine = SGLangEngine(url, model_path=MODEL, weights_dir=tmp_path)
+    try:
+        with pytest.raises(
+            EngineRequestError, match="no such directory.*the server must be able to read .*version_1"
+        ):
+            await engine.update_weights(AutoModelForCausalLM.from_pretrained(MODEL).state_dict(), version=1)
+        assert hits == ["/update_weights_from_disk"]
+    finally:
+        await engine.close()
+        await runner.cleanup()
