@@ -100,12 +100,13 @@ class SGLangEngine:
         export = self.weights_dir / f"version_{version}"
         await asyncio.to_thread(export_checkpoint, state_dict, export, self.model_path)
         try:
-            await self.update_weights_from_disk(export, version)
+            await self._load_from_disk(export, version)
         except EngineRequestError as error:
             raise EngineRequestError(
                 f"{error} (the server must be able to read {export}: on another machine, set "
                 "engine.weights_dir to a directory both can reach)"
             ) from None
+        await self._flush_and_check(version)
         if self._last_export is not None and self._last_export != export:
             shutil.rmtree(self._last_export, ignore_errors=True)  # only the served export is kept
         self._last_export = export
@@ -129,10 +130,16 @@ class SGLangEngine:
         Requests in flight finish on the old weights (both SGLang and the built-in server wait
         for them). A server that answers with another version raises EngineRequestError.
         """
+        await self._load_from_disk(path, version)
+        await self._flush_and_check(version)
+
+    async def _load_from_disk(self, path: str | Path, version: int) -> None:
         body = {"model_path": str(path), "weight_version": str(version)}
         answer = await self._call("POST", "/update_weights_from_disk", body)
         if not answer.get("success"):
             raise EngineRequestError(f"/update_weights_from_disk failed: {answer.get('message')}")
+
+    async def _flush_and_check(self, version: int) -> None:
         await self.flush_cache()
         served = await self.policy_version()
         if served != version:
