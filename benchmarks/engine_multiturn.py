@@ -41,6 +41,7 @@ from engine_throughput import (
 from transformers import PreTrainedModel
 
 from agentrl.engine import SamplingParams, TransformersEngine
+from agentrl.engine.model_setup import attention_backends
 
 
 @dataclass(frozen=True)
@@ -146,10 +147,12 @@ def run_static_generate(model: PreTrainedModel, episodes: Episodes, args) -> Mea
         for row, prompt in enumerate(prompts):
             input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
             attention_mask[row, width - len(prompt) :] = 1
-        output = model.generate(
-            input_ids=input_ids.to(args.device), attention_mask=attention_mask.to(args.device),
-            **sample_kwargs(max(budgets)),
-        )  # fmt: skip
+        # Off cuDNN as the engine is: with a padding mask cuDNN SDPA rebuilds a graph at every step.
+        with attention_backends(torch.device(args.device)):
+            output = model.generate(
+                input_ids=input_ids.to(args.device), attention_mask=attention_mask.to(args.device),
+                **sample_kwargs(max(budgets)),
+            )  # fmt: skip
         completions = output[:, width:].tolist()
         for row, budget in enumerate(budgets):
             prompts[row] += completions[row][:budget]

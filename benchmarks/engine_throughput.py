@@ -33,6 +33,7 @@ import torch
 from transformers import PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
 from agentrl.engine import SamplingParams, TransformersEngine
+from agentrl.engine.model_setup import attention_backends
 
 MODEL_SHAPES = {
     # A few-layer model that runs on two CPU cores in seconds.
@@ -147,7 +148,7 @@ def engine_kwargs(args: argparse.Namespace, prefix_cache: bool = True) -> dict:
         "device": args.device, "max_batch_size": args.max_batch_size,
         "max_prefill_tokens": args.max_prefill_tokens, "seed": args.seed,
         "prefix_cache_bytes": int(args.prefix_cache_gib * 2**30) if prefix_cache else 0,
-        "cuda_graphs": not args.no_cuda_graphs,
+        "cuda_graphs": not args.no_cuda_graphs, "prefill_interval": args.prefill_interval,
     }  # fmt: skip
 
 
@@ -205,13 +206,14 @@ def run_sequential_generate(
     model: PreTrainedModel, workload: Workload, args: argparse.Namespace
 ) -> Measurement:
     device = args.device
-    model.generate(torch.tensor([workload.prompts[0]], device=device), **sample_kwargs(4))  # warm-up
-    synchronize(device)
-    count = min(args.baseline_requests, len(workload.prompts))
-    start = time.perf_counter()
-    for prompt, n in zip(workload.prompts[:count], workload.new_tokens[:count], strict=True):
-        model.generate(torch.tensor([prompt], device=device), **sample_kwargs(n))
-    synchronize(device)
+    with attention_backends(torch.device(device)):  # the engine's SDPA backends, for a like comparison
+        model.generate(torch.tensor([workload.prompts[0]], device=device), **sample_kwargs(4))  # warm-up
+        synchronize(device)
+        count = min(args.baseline_requests, len(workload.prompts))
+        start = time.perf_counter()
+        for prompt, n in zip(workload.prompts[:count], workload.new_tokens[:count], strict=True):
+            model.generate(torch.tensor([prompt], device=device), **sample_kwargs(n))
+        synchronize(device)
     seconds = time.perf_counter() - start
     num_tokens = sum(workload.new_tokens[:count])
     return Measurement("baseline: generate() one request at a time", count, num_tokens, seconds, num_tokens)
@@ -227,9 +229,11 @@ def run_static_generate(model: PreTrainedModel, workload: Workload, args: argpar
     input_ids, attention_mask = input_ids.to(args.device), attention_mask.to(args.device)
     synchronize(args.device)
     start = time.perf_counter()
-    model.generate(
-        input_ids=input_ids, attention_mask=attention_mask, **sample_kwargs(max(workload.new_tokens))
-    )
+    # Off cuDNN as the engine is: with a padding mask cuDNN SDPA rebuilds a graph at every step.
+    with attention_backends(torch.device(args.device)):
+        model.generate(
+            input_ids=input_ids, attention_mask=attention_mask, **sample_kwargs(max(workload.new_tokens))
+        )
     synchronize(args.device)
     seconds = time.perf_counter() - start
     # The static batch runs every row to the longest budget; only requested tokens are output.
@@ -257,6 +261,9 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--prefix-cache-gib", type=float, default=8.0, help="engine prefix-cache budget")
     parser.add_argument("--no-cuda-graphs", action="store_true", help="decode without CUDA graphs")
+    parser.add_argument(
+        "--prefill-interval", type=int, default=1, help="engine: decode steps between admissions"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the measurements to this file")
     return parser

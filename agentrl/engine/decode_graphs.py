@@ -42,8 +42,9 @@ class DecodeGraphs:
         return len(self._graphs)
 
     def clear(self) -> None:
-        """Forget every graph (the cache storage they read was reallocated)."""
+        """Forget every graph (the cache storage they read was reallocated), and their memory pool."""
         self._graphs.clear()
+        self._pool = None  # a pool whose graphs are all freed cannot take a new capture
 
     def run(self, input_ids: list[int], positions: list[int], capacity: int) -> torch.Tensor:
         """Logits [len(input_ids), vocab] of one decode step; keys up to max(positions) are read."""

@@ -3,8 +3,10 @@
 The engine installs one attention function into a transformers model. Called with the
 `slot_forward` keyword (the engine's own passes), it folds each group of query heads that
 share a key/value head into the query-length dimension, `[rows, kv_heads, group * new, dim]`,
-so one plain SDPA call reads every key and value once, with no `repeat_kv` copy. Any other call
-(a user's forward on the same model) goes to transformers' SDPA attention unchanged.
+so one SDPA call reads every key and value once, with no `repeat_kv` copy. (For decode, two
+batched matrix products with a float32 softmax between them were slower on an H100: 97 us a
+layer against SDPA's 58 at 160 rows x 512 keys of the 0.5B shape.) Any other call (a user's
+forward on the same model) goes to transformers' SDPA attention unchanged.
 """
 
 from __future__ import annotations

@@ -101,7 +101,9 @@ class TransformersEngine:
     Request ids in `StepRecord`s count up from 0 in submission order.
     `prefix_cache_bytes`: memory for cached prompt-prefix keys/values (0 turns the cache off);
     `prefix_block_size`: tokens per cached block, the granularity of prefix reuse;
-    `cuda_graphs`: replay captured decode steps on CUDA (ignored on CPU, where none exist).
+    `cuda_graphs`: replay captured decode steps on CUDA (ignored on CPU, where none exist);
+    `prefill_interval`: while rows decode, admit new requests only every this many decode steps,
+    so that requests arriving one by one (turns ending) share fewer, larger prefill passes.
     The engine routes the model's attention through its own function (`slot_attention`);
     other forward calls on the model still compute plain SDPA attention.
     """
@@ -122,11 +124,16 @@ class TransformersEngine:
         prefix_cache_bytes: int = 1 << 30,
         prefix_block_size: int = 16,
         cuda_graphs: bool = True,
+        prefill_interval: int = 1,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
         if max_prefill_tokens < 1:
             raise ValueError(f"max_prefill_tokens={max_prefill_tokens} must be >= 1")
+        if prefill_interval < 1:
+            raise ValueError(
+                f"prefill_interval={prefill_interval} must be >= 1 (1: admit at every decode step)"
+            )
         if prefix_cache_bytes < 0:
             raise ValueError(f"prefix_cache_bytes={prefix_cache_bytes} must be >= 0 (0 turns the cache off)")
         check_full_attention(model)
@@ -138,6 +145,8 @@ class TransformersEngine:
         self.max_context_len = max_context_len or model.config.max_position_embeddings
         self.max_batch_size = max_batch_size
         self.max_prefill_tokens = max_prefill_tokens
+        self.prefill_interval = prefill_interval
+        self._decodes_since_prefill = 0
         self.policy_version = policy_version
         self.stats = EngineStats()
         self._on_step = on_step
@@ -276,7 +285,8 @@ class TransformersEngine:
         if self._waiting and isinstance(self._waiting[0], WeightUpdate) and not self._rows:
             self._apply_update(self._waiting.popleft())
             return
-        admitted = self._admit()
+        due = not self._rows or self._decodes_since_prefill >= self.prefill_interval
+        admitted = self._admit() if due else []
         if admitted:
             self._prefill(admitted)
         if self._rows:
@@ -325,6 +335,7 @@ class TransformersEngine:
         return hashes
 
     def _prefill(self, requests: list[Request]) -> None:
+        self._decodes_since_prefill = 0
         first_slot = len(self._rows)
         for request in requests:
             request.policy_version = self.policy_version
@@ -363,6 +374,7 @@ class TransformersEngine:
         self._sample(logits, self._rows)
         for request in self._rows:
             request.cache_length += 1
+        self._decodes_since_prefill += 1
         self._record(StepKind.DECODE, self._rows, num_tokens=len(self._rows))
         self._retire_rows()
 

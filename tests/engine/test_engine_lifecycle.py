@@ -182,6 +182,8 @@ async def test_bad_prompts_are_rejected_before_queueing(prompt, message):
         ({"max_batch_size": 0}, "max_batch_size=0"),
         ({"max_prefill_tokens": 0}, "max_prefill_tokens=0"),
         ({"dtype": "float33"}, "dtype=.float33. is not supported"),
+        ({"prefill_interval": 0}, "prefill_interval=0 must be >= 1"),
+        ({"prefix_cache_bytes": -1}, "prefix_cache_bytes=-1 must be >= 0"),
     ],
 )
 def test_bad_engine_settings_are_rejected(kwargs, message):

@@ -197,3 +197,26 @@ async def test_a_per_request_seed_overrides_the_engine_seed():
         async with TransformersEngine(model, [], seed=engine_seed) as engine:
             completions.append((await engine.generate(PROMPTS[0], params)).completion_ids)
     assert completions[0] == completions[1]
+
+
+async def test_with_a_prefill_interval_a_late_request_joins_only_after_that_many_decode_steps():
+    model = tiny_qwen2()
+    records, first_decode, late_submitted = [], threading.Event(), threading.Event()
+
+    def on_step(record):
+        records.append((record.kind, record.request_ids))
+        if records == [(StepKind.PREFILL, (0,)), (StepKind.DECODE, (0,))]:
+            first_decode.set()
+            late_submitted.wait(timeout=60)  # hold the scheduler until the late request is queued
+
+    async with TransformersEngine(model, [], prefill_interval=3, on_step=on_step) as engine:
+        first = asyncio.create_task(engine.generate(PROMPTS[0], SamplingParams(6, temperature=0.0)))
+        await asyncio.to_thread(first_decode.wait, 60)
+        second = asyncio.create_task(engine.generate(PROMPTS[1], SamplingParams(2, temperature=0.0)))
+        await asyncio.sleep(0)
+        late_submitted.set()
+        await asyncio.gather(first, second)
+    prefill, decode = StepKind.PREFILL, StepKind.DECODE
+    assert records == [(prefill, (0,))] + [(decode, (0,))] * 3 + [(prefill, (1,)), (decode, (0, 1))] + [
+        (decode, (0,))
+    ]
