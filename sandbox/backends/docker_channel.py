@@ -12,6 +12,7 @@ import base64
 import json
 import socket
 import struct
+from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.backends.base import ProcessResult
@@ -23,6 +24,17 @@ _STDOUT = 1
 
 class RunnerFailure(Exception):
     """The runner answered with an error, or its stream broke (the container died)."""
+
+
+@dataclass
+class RunOutput:
+    """A run's stdout and stderr as the runner streams them (it caps them; we only collect)."""
+
+    stdout: bytearray = field(default_factory=bytearray)
+    stderr: bytearray = field(default_factory=bytearray)
+
+    def add(self, stream: int, chunk: bytes) -> None:
+        (self.stdout if stream == _STDOUT else self.stderr).extend(chunk)
 
 
 class RunnerChannel:
@@ -39,18 +51,30 @@ class RunnerChannel:
         reader, writer = await asyncio.open_connection(sock=raw, limit=1 << 20)
         return cls(reader, writer)
 
-    async def request(self, op: str, fields: dict[str, Any], timeout_s: float | None) -> dict[str, Any]:
-        """Send one request and wait (up to `timeout_s`, None = forever) for its answer."""
+    async def request(
+        self, op: str, fields: dict[str, Any], timeout_s: float | None, output: RunOutput | None = None
+    ) -> dict[str, Any]:
+        """Send one request and wait (up to `timeout_s`, None = forever) for its answer.
+
+        A run streams its output before its answer; it is collected into `output`.
+        """
         payload = json.dumps({"op": op, **_encode(fields)}).encode()
         try:
             self._writer.write(_LENGTH.pack(len(payload)) + payload)
             await self._writer.drain()
-            answer = await asyncio.wait_for(self._read_message(), timeout_s)
+            answer = await asyncio.wait_for(self._read_answer(output), timeout_s)
         except (ConnectionError, asyncio.IncompleteReadError) as error:
             raise RunnerFailure(f"the runner's stream closed ({type(error).__name__})") from error
         if not answer.get("ok"):
             raise RunnerFailure(answer.get("error", "no error message"))
         return answer
+
+    async def _read_answer(self, output: RunOutput | None) -> dict[str, Any]:
+        while "output" in (message := await self._read_message()):
+            if output is None:
+                raise RunnerFailure(f"the runner sent output outside a run: {str(message)[:200]}")
+            output.add(message["output"], base64.b64decode(message["data"]))
+        return message
 
     async def _read_message(self) -> dict[str, Any]:
         (length,) = _LENGTH.unpack(await self._read_stdout(_LENGTH.size))
@@ -82,13 +106,13 @@ def _encode(value: Any) -> Any:
     return value
 
 
-def process_result(answer: dict[str, Any]) -> ProcessResult:
-    """The runner's JSON result as a ProcessResult."""
+def process_result(answer: dict[str, Any], output: RunOutput) -> ProcessResult:
+    """The runner's JSON result and the output it streamed as a ProcessResult."""
     return ProcessResult(
         exit_code=answer["exit_code"],
         signal=answer["signal"],
-        stdout=base64.b64decode(answer["stdout"]),
-        stderr=base64.b64decode(answer["stderr"]),
+        stdout=bytes(output.stdout),
+        stderr=bytes(output.stderr),
         wall_time_s=answer["wall_time_s"],
         cpu_time_s=answer["cpu_time_s"],
         timed_out=answer["timed_out"],

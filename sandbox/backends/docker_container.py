@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import math
 import os
 import socket
 import time
@@ -25,7 +24,7 @@ import docker.errors
 import requests
 
 from sandbox.backends.base import Limits, ProcessResult, SandboxFailure
-from sandbox.backends.docker_channel import RunnerChannel, RunnerFailure, process_result
+from sandbox.backends.docker_channel import RunnerChannel, RunnerFailure, RunOutput, process_result
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +36,6 @@ OWNER_HOST_LABEL = "agentrl.sandbox.host"
 DOCKER_ERRORS = (docker.errors.DockerException, requests.RequestException, OSError)
 RUNNER_SOURCE = resources.files("sandbox.image").joinpath("runner.py").read_text()
 _uid_blocks = itertools.count()
-# Kernel memory of one empty tmpfs file (inode plus dentry), measured at about 960 bytes.
-INODE_BYTES = 1536
-SCRATCH_MOUNTS = 3  # /work, /tmp, /dev/shm
 
 
 @dataclass(frozen=True)
@@ -52,14 +48,13 @@ class DockerPoolConfig:
     memory_mb: int = 512  # program memory a container starts with; each run sets its Limits.memory_mb
     pids_limit: int = 128  # per container (the cgroup); Limits.max_processes applies per run
     cpus: float = 1.0  # so that one runaway jail cannot take every core
-    # tmpfs pages and inodes are kernel memory charged to the container and only freed when the
-    # files are deleted, so their sizes and inode counts are bounded and the container's memory
-    # limit is the program's plus this scratch allowance (see `cgroup_memory_mb`).
+    # tmpfs pages and inodes are memory charged to the container, and so to the program that
+    # wrote them: its memory limit covers its processes and its files together.
     work_tmpfs_mb: int = 64
     tmp_tmpfs_mb: int = 64
     shm_mb: int = 16
     scratch_inodes: int = 16384  # files + directories per tmpfs mount (/work, /tmp, /dev/shm)
-    runner_reserve_mb: int = 32  # for the runner to answer and clean up while the program's files fill memory
+    runner_reserve_mb: int = 32  # the runner's own memory, so that it can answer and clean up after an OOM kill
     wall_clock_grace_s: float = 2.0  # the host kills the container this long after the runner's deadline
     control_timeout_s: float = 30.0  # for start-up, writes and resets
 
@@ -77,12 +72,12 @@ class DockerPoolConfig:
     def cgroup_memory_mb(self, program_memory_mb: int) -> int:
         """The container's memory limit for a program allowed `program_memory_mb`.
 
-        Full scratch mounts (pages plus inodes, which the kernel cannot reclaim) must never leave
-        the runner without memory: the OOM killer would then end it and the run would be lost.
+        One run at a time uses the container, so its limit is the run's: every process of the
+        program and every file it left in the tmpfs mounts count against `program_memory_mb`;
+        only the runner (about 12 MiB of Python, and room to clean up) is added. When the
+        program fills it, the kernel kills the program (oom_score_adj 1000), never the runner.
         """
-        scratch_pages_mb = self.work_tmpfs_mb + self.tmp_tmpfs_mb + self.shm_mb
-        inodes_mb = math.ceil(SCRATCH_MOUNTS * self.scratch_inodes * INODE_BYTES / (1 << 20))
-        return program_memory_mb + scratch_pages_mb + inodes_mb + self.runner_reserve_mb
+        return program_memory_mb + self.runner_reserve_mb
 
 
 async def docker_call(what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
@@ -240,9 +235,10 @@ class PooledContainer:
             await self._set_memory(limits.memory_mb)
         self.num_runs += 1
         start = time.monotonic()
+        output = RunOutput()
         try:
             answer = await asyncio.wait_for(
-                self.channel.request("run", _run_fields(argv, stdin, limits), None),
+                self.channel.request("run", _run_fields(argv, stdin, limits), None, output),
                 timeout=limits.wall_time_s + self.config.wall_clock_grace_s,
             )
         except TimeoutError:
@@ -253,7 +249,7 @@ class PooledContainer:
         except BaseException:
             self.mark_for_recycle("run interrupted")
             raise
-        result = process_result(answer["result"])
+        result = process_result(answer["result"], output)
         for flag in ("timed_out", "memory_exceeded", "suspicious"):
             if getattr(result, flag):
                 self.mark_for_recycle(flag)

@@ -5,7 +5,8 @@ messages (4-byte big-endian length, then UTF-8 JSON; bytes travel base64-encoded
 
     ping                          -> {"ok": true}
     write {files: {path: b64}}    -> {"ok": true}          (into /work, a tmpfs)
-    run {argv, stdin, limits}     -> {"ok": true, "result": {...ProcessResult fields...}}
+    run {argv, stdin, limits}     -> {"output": 1|2, "data": b64} per chunk of stdout|stderr, as read,
+                                     then {"ok": true, "result": {...ProcessResult fields but output...}}
     reset                         -> {"ok": true, "clean": bool}  (kill everything, empty /work, /tmp,
                                                               remove IPC objects)
 
@@ -192,11 +193,17 @@ def spawn(argv, limits):
 
 
 class Pump:
-    """Feeds stdin, collects capped stdout/stderr and notices the exit of one process."""
+    """Feeds stdin, streams capped stdout/stderr to the host and notices the exit of one process.
 
-    def __init__(self, process, stdin, max_output_bytes):
+    Output is never held here: each chunk goes to the host as it is read (`emit`), so the
+    runner's memory does not grow with the output limit, which may be far above the memory
+    the container leaves the runner."""
+
+    def __init__(self, process, stdin, max_output_bytes, emit):
         self.selector = selectors.DefaultSelector()
-        self.outputs = {process.stdout: bytearray(), process.stderr: bytearray()}
+        self.streams = {process.stdout: 1, process.stderr: 2}  # as in the host's attach framing
+        self.sizes = {process.stdout: 0, process.stderr: 0}
+        self.emit = emit
         self.max_output_bytes = max_output_bytes
         self.output_exceeded = False
         self.pending_stdin = memoryview(stdin)
@@ -204,7 +211,7 @@ class Pump:
         # A pidfd becomes readable when the process exits: no polling, no SIGCHLD handler.
         self.pidfd = os.pidfd_open(process.pid)
         self.selector.register(self.pidfd, selectors.EVENT_READ)
-        for stream in self.outputs:
+        for stream in self.streams:
             self.selector.register(stream, selectors.EVENT_READ)
         if stdin:
             os.set_blocking(process.stdin.fileno(), False)
@@ -247,11 +254,13 @@ class Pump:
             self.selector.unregister(stream)
             stream.close()
             return
-        buffer = self.outputs[stream]
-        room = self.max_output_bytes - len(buffer)
+        room = self.max_output_bytes - self.sizes[stream]
         if len(chunk) > room:
             self.output_exceeded = True
-        buffer += chunk[: max(0, room)]
+        kept = chunk[: max(0, room)]
+        if kept:
+            self.sizes[stream] += len(kept)
+            self.emit(self.streams[stream], kept)
 
     def close(self):
         for key in list(self.selector.get_map().values()):
@@ -269,16 +278,17 @@ def kill_all():
         pass
 
 
-def run(argv, stdin, limits):
-    """Run argv with limits; the runner's own wall clock kills everything at the deadline."""
+def run(argv, stdin, limits, emit):
+    """Run argv with limits; the runner's own wall clock kills everything at the deadline.
+    Output goes to `emit(stream, chunk)` as it is read."""
     usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     oom_before = oom_kill_count()
     start = time.monotonic()
     try:
         process = spawn(argv, limits)
     except OSError as error:
-        return _exec_failure(argv, error, time.monotonic() - start)
-    pump = Pump(process, stdin, limits["max_output_bytes"])
+        return _exec_failure(argv, error, time.monotonic() - start, emit)
+    pump = Pump(process, stdin, limits["max_output_bytes"], emit)
     deadline = start + limits["wall_time_s"]
     status, timed_out = None, False
     while pump.is_open():
@@ -319,12 +329,9 @@ def _result(status, pump, limits, wall_time_s, cpu_time_s, timed_out, suspicious
         # The kernel counts an OOM kill after it sent the SIGKILL, so the victim can be reaped
         # before the count moves: wait for it, briefly, only for a SIGKILL the runner did not send.
         memory_exceeded = _oom_counted_within(oom_before, OOM_COUNT_WAIT_S)
-    stdout, stderr = pump.outputs.values()
     return {
         "exit_code": exit_code,
         "signal": signal_number,
-        "stdout": base64.b64encode(bytes(stdout)).decode(),
-        "stderr": base64.b64encode(bytes(stderr)).decode(),
         "wall_time_s": wall_time_s,
         "cpu_time_s": cpu_time_s,
         "timed_out": timed_out or cpu_exceeded,
@@ -334,13 +341,11 @@ def _result(status, pump, limits, wall_time_s, cpu_time_s, timed_out, suspicious
     }
 
 
-def _exec_failure(argv, error, wall_time_s):
-    message = f"cannot execute {argv[0]!r}: {error.strerror}\n".encode()
+def _exec_failure(argv, error, wall_time_s, emit):
+    emit(2, f"cannot execute {argv[0]!r}: {error.strerror}\n".encode())
     return {
         "exit_code": 127,
         "signal": None,
-        "stdout": "",
-        "stderr": base64.b64encode(message).decode(),
         "wall_time_s": wall_time_s,
         "cpu_time_s": 0.0,
         "timed_out": False,
@@ -507,7 +512,7 @@ def reset():
     return clean and _other_writable_dirs_empty() and not ipc_objects_left() and not other_processes()
 
 
-def handle(request):
+def handle(request, responses):
     operation = request["op"]
     if operation == "ping":
         return {"ok": True}
@@ -516,7 +521,11 @@ def handle(request):
         return {"ok": True}
     if operation == "run":
         stdin = base64.b64decode(request["stdin"])
-        return {"ok": True, "result": run(request["argv"], stdin, request["limits"])}
+
+        def emit(stream, chunk):
+            write_message(responses, {"output": stream, "data": base64.b64encode(chunk).decode()})
+
+        return {"ok": True, "result": run(request["argv"], stdin, request["limits"], emit)}
     if operation == "reset":
         return {"ok": True, "clean": reset()}
     return {"ok": False, "error": f"unknown operation {operation!r}"}
@@ -530,7 +539,7 @@ def main():
     requests, responses = sys.stdin.buffer, sys.stdout.buffer
     while (request := read_message(requests)) is not None:
         try:
-            response = handle(request)
+            response = handle(request, responses)
         except Exception as error:  # noqa: BLE001 (reported to the host, which recycles the container)
             response = {"ok": False, "error": f"{type(error).__name__}: {error}"}
         write_message(responses, response)

@@ -62,9 +62,8 @@ async def test_docker_reports_the_container_locked_down(session):
     assert host["CapDrop"] == ["ALL"]
     assert host["NetworkMode"] == "none"
     assert host["SecurityOpt"] == ["no-new-privileges"]
-    # The program's 256 MiB plus the scratch allowance: tmpfs pages (64 + 64 + 16), inodes
-    # (3 mounts x 16384 x 1536 bytes = 72 MiB) and the runner's reserve (32).
-    memory = (256 + 64 + 64 + 16 + 72 + 32) << 20
+    # The program's 256 MiB (its processes and its tmpfs files together) plus the runner's 32.
+    memory = (256 + 32) << 20
     assert (host["Memory"], host["MemorySwap"], host["PidsLimit"]) == (memory, memory, 50)
     assert sorted(host["Tmpfs"]) == ["/dev/shm", "/tmp", "/work"]
     assert host["IpcMode"] == "private"
