@@ -54,7 +54,7 @@ class DockerPoolConfig:
     tmp_tmpfs_mb: int = 64
     shm_mb: int = 16
     scratch_inodes: int = 16384  # files + directories per tmpfs mount (/work, /tmp, /dev/shm)
-    runner_reserve_mb: int = 32  # the runner's own memory, so that it can answer and clean up after an OOM kill
+    runner_reserve_mb: int = 32  # the runner's own memory: it answers and cleans up after an OOM kill
     wall_clock_grace_s: float = 2.0  # the host kills the container this long after the runner's deadline
     control_timeout_s: float = 30.0  # for start-up, writes and resets
 
