@@ -1,8 +1,9 @@
 """The offline default policy: a tiny Qwen2-architecture causal LM built from synthetic data.
 
 `DEFAULT_MODEL_PATH` is the shipped checkpoint directory (load it with
-`AutoModelForCausalLM.from_pretrained` / `AutoTokenizer.from_pretrained`); rebuild it with
-`python -m agentrl.tiny_policy.build --out DIR`.
+`AutoModelForCausalLM.from_pretrained` / `AutoTokenizer.from_pretrained`). Its build tooling
+lives outside the core, in `envs/tiny_policy`: rebuild it with
+`python -m envs.tiny_policy.build --out DIR`.
 """
 
 from __future__ import annotations

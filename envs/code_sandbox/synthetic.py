@@ -21,14 +21,14 @@ import string
 from collections.abc import Callable
 from typing import Any
 
-from agentrl.tiny_policy.code_tasks import CODE_QUESTIONS, CODE_TASKS, CodeTask
 from envs.code_sandbox.task import CodeTask as JudgedTask
+from envs.tiny_policy.code_tasks import CODE_QUESTIONS, CODE_TASKS, CodeTask
 from sandbox.types import CallTest, RunLimits
 
 DATA_SOURCE = "synthetic_code"
 MAX_DIFFICULTY = 3
 BORROWED_NAME_PROBABILITY = {1: 0.0, 2: 0.5, 3: 1.0}
-NUM_HIDDEN_TESTS = 3
+NUM_HIDDEN_TESTS = 2
 # Generous for one-line functions on a loaded 2-core machine, short enough that a program that
 # sleeps or loops forever costs only a few seconds of wall clock.
 TEST_LIMITS = RunLimits(time_s=5.0, memory_mb=256)

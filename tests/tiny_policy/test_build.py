@@ -7,7 +7,7 @@ import json
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agentrl.tiny_policy.build import BuildConfig, build, parse_args
+from envs.tiny_policy.build import BuildConfig, build, parse_args
 
 
 def test_build_with_five_steps_writes_a_checkpoint_the_auto_classes_load(tmp_path):

@@ -6,8 +6,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
-from agentrl.tiny_policy.chat_template import CHAT_TEMPLATE
-from agentrl.tiny_policy.corpus import CALCULATOR_TOOL
+from envs.tiny_policy.chat_template import CHAT_TEMPLATE
+from envs.tiny_policy.corpus import CALCULATOR_TOOL
 
 TOOLS_SYSTEM_BLOCK = (
     "<|im_start|>system\n# Tools\nYou can call these functions, given as JSON schemas:\n<tools>\n"

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from agentrl.tiny_policy.code_tasks import make_code_conversation
-from agentrl.tiny_policy.corpus import (
+from envs.tiny_policy.code_tasks import make_code_conversation
+from envs.tiny_policy.corpus import (
     CALCULATOR_TOOL,
     RETRY_FEEDBACK,
     Family,

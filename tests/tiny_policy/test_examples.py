@@ -6,8 +6,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
-from agentrl.tiny_policy.corpus import Conversation, Family
-from agentrl.tiny_policy.examples import IGNORE_INDEX, collate, encode_conversation
+from envs.tiny_policy.corpus import Conversation, Family
+from envs.tiny_policy.examples import IGNORE_INDEX, collate, encode_conversation
 
 
 @pytest.fixture(scope="module")

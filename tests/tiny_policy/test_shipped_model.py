@@ -54,7 +54,7 @@ def test_shipped_model_answers_a_math_prompt_in_the_boxed_format(model_and_token
 
 
 def test_shipped_model_calls_the_calculator_when_given_the_tool(model_and_tokenizer):
-    from agentrl.tiny_policy.corpus import CALCULATOR_TOOL
+    from envs.tiny_policy.corpus import CALCULATOR_TOOL
 
     model, tokenizer = model_and_tokenizer
     messages = [{"role": "user", "content": "What is 12 + 17? Put the final answer in \\boxed{}."}]

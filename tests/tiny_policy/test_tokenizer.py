@@ -6,7 +6,7 @@ import pytest
 from transformers import AutoTokenizer, TokenizersBackend
 
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
-from agentrl.tiny_policy.tokenizer import MARKUP_TOKENS, train_tokenizer
+from envs.tiny_policy.tokenizer import MARKUP_TOKENS, train_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Model stage (offline default policy): train the tiny policy from scratch and save it.
 
-`python -m agentrl.tiny_policy.build --out DIR [--steps N] [--seed S]` writes a Hugging Face
+`python -m envs.tiny_policy.build --out DIR [--steps N] [--seed S]` writes a Hugging Face
 checkpoint directory (config, safetensors weights, tokenizer, chat template, generation config)
 that `AutoModelForCausalLM` / `AutoTokenizer.from_pretrained(DIR)` load. Training is short on
 purpose: the policy should master the formats but be only partly right on arithmetic, so that
@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from agentrl.tiny_policy.corpus import DEFAULT_ANSWER_NOISE, DEFAULT_MATH_FRACTION, Conversation, make_corpus
-from agentrl.tiny_policy.examples import TokenizedExample, collate, encode_conversation, render
-from agentrl.tiny_policy.tokenizer import IM_END, MAX_LENGTH, PAD, byte_tokenizer, train_tokenizer
+from envs.tiny_policy.corpus import DEFAULT_ANSWER_NOISE, DEFAULT_MATH_FRACTION, Conversation, make_corpus
+from envs.tiny_policy.examples import TokenizedExample, collate, encode_conversation, render
+from envs.tiny_policy.tokenizer import IM_END, MAX_LENGTH, PAD, byte_tokenizer, train_tokenizer
 
 NUM_TOKENIZER_TEXTS = 4000  # conversations the BPE merges are learned from
 BUCKET_BATCHES = 32  # batches sorted by length together, so short examples pad to short batches

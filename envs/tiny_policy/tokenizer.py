@@ -16,7 +16,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 from transformers import PreTrainedTokenizerFast
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
-from agentrl.tiny_policy.chat_template import CHAT_TEMPLATE
+from envs.tiny_policy.chat_template import CHAT_TEMPLATE
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"  # end of every turn: the EOS and stop token

@@ -1,6 +1,6 @@
 """Model stage (offline default policy): measure what a built checkpoint does on each format.
 
-`python -m agentrl.tiny_policy.evaluate --model DIR` samples held-out math prompts (the math
+`python -m envs.tiny_policy.evaluate --model DIR` samples held-out math prompts (the math
 env's split="val" rows, difficulties 1-3) at temperature 1.0 and greedily, plus calculator
 and code prompts, and prints the rates as JSON.
 """
@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from agentrl.tiny_policy.code_tasks import make_code_conversation
-from agentrl.tiny_policy.corpus import CALCULATOR_TOOL, RETRY_FEEDBACK, make_tool_conversation
-from agentrl.tiny_policy.tokenizer import IM_END
 from envs.math.synthetic import MAX_DIFFICULTY, generate
+from envs.tiny_policy.code_tasks import make_code_conversation
+from envs.tiny_policy.corpus import CALCULATOR_TOOL, RETRY_FEEDBACK, make_tool_conversation
+from envs.tiny_policy.tokenizer import IM_END
 
 BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 TOOL_CALL = re.compile(r"^<tool_call>\n(.*)\n</tool_call>$", re.DOTALL)

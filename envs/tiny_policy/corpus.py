@@ -13,8 +13,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.tiny_policy.code_tasks import make_code_conversation
 from envs.math.synthetic import MAX_DIFFICULTY, make_expression, make_row
+from envs.tiny_policy.code_tasks import make_code_conversation
 
 SPLIT = "sft"
 RETRY_FEEDBACK = "Your answer is incorrect. Try again."

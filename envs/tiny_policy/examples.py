@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from agentrl.tiny_policy.corpus import Conversation
-from agentrl.tiny_policy.tokenizer import IM_END
+from envs.tiny_policy.corpus import Conversation
+from envs.tiny_policy.tokenizer import IM_END
 
 IGNORE_INDEX = -100  # label value the cross-entropy of transformers skips
 
