@@ -7,6 +7,9 @@ Failure policy (the same as the executor's): a failure of the sandbox is a SANDB
 never an exception and never a program verdict.
 - Retried, with exponential backoff and jitter: SANDBOX_ERROR responses, HTTP 5xx, connection
   failures. Program verdicts (AC, WA, TLE, RE, ...) are results and are returned as they are.
+  A busy server (503 with Retry-After) is retried no sooner than it asked. Every request tells
+  the server how long this call will still wait (X-Sandbox-Deadline-S), so that the server
+  answers busy at once rather than queueing work nobody will read.
 - Every call has a deadline covering all its attempts. When it passes, or the retries run out, the
   still-unanswered requests come back as SANDBOX_ERROR with a message saying why.
 - A request the server rejects (HTTP 4xx: bad field, missing token, body too large) raises
@@ -24,12 +27,19 @@ from typing import Any, Protocol, Self
 
 import aiohttp
 from pydantic import TypeAdapter, ValidationError
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
 
 from sandbox.metrics import MetricsSnapshot
 from sandbox.types import RunRequest, RunResponse, Verdict
 
 _responses_adapter = TypeAdapter(list[RunResponse])
+DEADLINE_HEADER = "X-Sandbox-Deadline-S"  # the server's name for it (sandbox.server)
 CONNECT_TIMEOUT_S = 10.0  # a host that does not accept the connection by then is retried
 
 
@@ -53,11 +63,13 @@ class SandboxUnavailableError(Exception):
     """The server could not be reached, failed (HTTP 5xx) or answered nonsense.
 
     `run*` calls retry it and finally report it as SANDBOX_ERROR; `health()`/`metrics()` raise it.
+    `retry_after_s` is the server's Retry-After when it was busy: the next attempt waits that long.
     """
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, retry_after_s: float = 0.0) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.retry_after_s = retry_after_s
 
 
 @dataclass
@@ -129,11 +141,12 @@ class SandboxClient:
         if not requests:
             return []
         state = _BatchState(results=[None] * len(requests), pending=list(range(len(requests))))
+        deadline = asyncio.get_running_loop().time() + self.deadline_s
         try:
-            async with asyncio.timeout(self.deadline_s):
+            async with asyncio.timeout_at(deadline):
                 async for attempt in self._attempts():
                     with attempt:
-                        await self._attempt_batch(requests, state)
+                        await self._attempt_batch(requests, state, deadline)
         except SandboxUnavailableError:
             state.reason = f"gave up after {self.max_retries + 1} attempts; last failure: {state.reason}"
         except TimeoutError:
@@ -141,11 +154,13 @@ class SandboxClient:
         # Answers the server gave (SANDBOX_ERROR included) are kept; unanswered ones say why.
         return [result or _sandbox_error(state.reason) for result in state.results]
 
-    async def _attempt_batch(self, requests: Sequence[RunRequest], state: _BatchState) -> None:
+    async def _attempt_batch(
+        self, requests: Sequence[RunRequest], state: _BatchState, deadline: float
+    ) -> None:
         """Send the pending requests once and store the answers; raise if any must be retried."""
         payload = {"requests": [requests[i].model_dump(mode="json") for i in state.pending]}
         try:
-            body = await self._post("/v1/run_batch", payload)
+            body = await self._post("/v1/run_batch", payload, deadline)
         except SandboxUnavailableError as failure:
             state.reason = failure.reason
             raise
@@ -170,10 +185,16 @@ class SandboxClient:
     def _attempts(self) -> AsyncRetrying:
         return AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),
-            wait=self._wait,
+            wait=self._wait_before_retry,
             retry=retry_if_exception_type(SandboxUnavailableError),
             reraise=True,
         )
+
+    def _wait_before_retry(self, retry_state: RetryCallState) -> float:
+        """Exponential backoff with jitter, but never sooner than a busy server's Retry-After."""
+        failure = retry_state.outcome.exception() if retry_state.outcome else None
+        retry_after_s = failure.retry_after_s if isinstance(failure, SandboxUnavailableError) else 0.0
+        return max(self._wait(retry_state), retry_after_s)
 
     async def health(self) -> dict[str, Any]:
         """`GET /health` once, without retries (a health probe must report, not hide, failures)."""
@@ -187,17 +208,30 @@ class SandboxClient:
         async with asyncio.timeout(self.deadline_s):
             return await self._request("GET", path, None)
 
-    async def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
-        return await self._request("POST", path, payload)
+    async def _post(self, path: str, payload: dict[str, Any], deadline: float) -> dict[str, Any]:
+        return await self._request("POST", path, payload, deadline)
 
-    async def _request(self, method: str, path: str, payload: dict[str, Any] | None) -> dict[str, Any]:
+    async def _request(
+        self, method: str, path: str, payload: dict[str, Any] | None, deadline: float | None = None
+    ) -> dict[str, Any]:
+        """One HTTP round trip; `deadline` (event loop time) is sent as the seconds left."""
         if self._session is None:
             # No total timeout of aiohttp's own: the call's deadline is the only clock (default 5 min
             # would cut long batches short and read as a deadline).
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
             self._session = aiohttp.ClientSession(headers=self._headers, timeout=timeout)
+        headers = {}
+        if deadline is not None:
+            headers[DEADLINE_HEADER] = f"{max(0.001, deadline - asyncio.get_running_loop().time()):.3f}"
         try:
-            async with self._session.request(method, self.base_url + path, json=payload) as response:
+            async with self._session.request(
+                method, self.base_url + path, json=payload, headers=headers
+            ) as response:
+                if response.status == 503 and "Retry-After" in response.headers:
+                    raise SandboxUnavailableError(
+                        f"server busy on {path}: {(await response.text())[:500]}",
+                        retry_after_s=_seconds(response.headers["Retry-After"]),
+                    )
                 if response.status >= 500:
                     raise SandboxUnavailableError(
                         f"HTTP {response.status} from {path}: {(await response.text())[:500]}"
@@ -207,6 +241,14 @@ class SandboxClient:
                 return await response.json()
         except aiohttp.ClientError as error:
             raise SandboxUnavailableError(f"{type(error).__name__} on {path}: {error}") from error
+
+
+def _seconds(retry_after: str) -> float:
+    """A Retry-After header's delay; only the delay-seconds form is sent by our server."""
+    try:
+        return max(0.0, float(retry_after))
+    except ValueError:
+        return 0.0
 
 
 def _sandbox_error(reason: str) -> RunResponse:

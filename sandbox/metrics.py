@@ -21,6 +21,7 @@ from sandbox.types import Verdict
 # Percentiles are over a window of recent runs so a long-lived server reports current behaviour
 # and its memory stays bounded.
 LATENCY_WINDOW = 4096
+SERVICE_WINDOW = 64  # recent enough to follow a burst of slow programs
 
 
 class LatencyPercentiles(BaseModel):
@@ -65,23 +66,39 @@ class ServerMetrics:
         self._in_flight = 0
         self._verdicts: Counter[Verdict] = Counter()
         self._latencies_s: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self._service_s: deque[float] = deque(maxlen=SERVICE_WINDOW)  # execution only, for estimates
 
     @asynccontextmanager
-    async def admit(self) -> AsyncIterator[None]:
-        """Wait for an execution slot, then hold it for the body of the `async with`."""
+    async def admit(self, max_wait_s: float | None = None) -> AsyncIterator[None]:
+        """Wait for an execution slot, then hold it for the body of the `async with`.
+
+        Raises TimeoutError, having left the queue, when no slot frees up within `max_wait_s`.
+        """
         arrived = time.monotonic()
         self._queued += 1
         try:
-            await self._slots.acquire()
+            async with asyncio.timeout(max_wait_s):
+                await self._slots.acquire()
         finally:
             self._queued -= 1
         self._in_flight += 1
+        started = time.monotonic()
         try:
             yield
         finally:
             self._in_flight -= 1
             self._slots.release()
             self._latencies_s.append(time.monotonic() - arrived)
+            self._service_s.append(time.monotonic() - started)
+
+    def estimated_wait_s(self, num_requests: int = 1) -> float:
+        """How long `num_requests` arriving now would wait for slots: the runs queued ahead of
+        them (and their own beyond the free slots), at the recent mean execution time."""
+        if not self._service_s:
+            return 0.0
+        mean_s = sum(self._service_s) / len(self._service_s)
+        waiting = self._queued + self._in_flight + num_requests - self.max_concurrency
+        return max(0.0, waiting / self.max_concurrency * mean_s)
 
     def record_verdict(self, verdict: Verdict) -> None:
         self._verdicts[verdict] += 1

@@ -23,7 +23,16 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from sandbox.types import Language, RunLimits, RunRequest, RunResponse, TestResult, Verdict
+from sandbox.types import (
+    MAX_MEMORY_MB,
+    MIN_MEMORY_MB,
+    Language,
+    RunLimits,
+    RunRequest,
+    RunResponse,
+    TestResult,
+    Verdict,
+)
 
 # SandboxFusion's -1 means "no memory limit"; a jail always has one, so it gets this generous cap,
 # the same as the per-run cgroup cap of SandboxFusion's own lightweight isolation (4 GiB).
@@ -65,8 +74,10 @@ class RunCodeRequest(BaseModel):
     @field_validator("memory_limit_MB")
     @classmethod
     def _memory_is_positive_or_unlimited(cls, memory_mb: int) -> int:
-        if memory_mb != -1 and memory_mb < 16:
-            raise ValueError(f"memory_limit_MB must be -1 (no limit) or at least 16, got {memory_mb}")
+        if memory_mb != -1 and not MIN_MEMORY_MB <= memory_mb <= MAX_MEMORY_MB:
+            raise ValueError(
+                f"memory_limit_MB must be -1 (no limit) or from {MIN_MEMORY_MB} to {MAX_MEMORY_MB}, got {memory_mb}"
+            )
         return memory_mb
 
 

@@ -32,6 +32,9 @@ class Verdict(str, Enum):
     SANDBOX_ERROR = "SANDBOX_ERROR"  # the sandbox failed, not the program
 
 
+MIN_MEMORY_MB, MAX_MEMORY_MB = 16, 65536
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -67,7 +70,7 @@ class RunLimits(_Strict):
     """Per-process limits of one program run (the compiler gets its own, larger ones)."""
 
     time_s: float = Field(default=10.0, gt=0, le=600)
-    memory_mb: int = Field(default=512, ge=16, le=65536)
+    memory_mb: int = Field(default=512, ge=MIN_MEMORY_MB, le=MAX_MEMORY_MB)
     max_output_bytes: int = Field(default=1 << 20, ge=1, le=1 << 30)
 
 

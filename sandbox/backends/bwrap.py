@@ -32,7 +32,7 @@ from pathlib import Path
 from sandbox.backends.base import Limits, ProcessResult, SandboxFailure
 from sandbox.backends.cgroups import CgroupRun, SessionCgroup
 from sandbox.backends.jail_init import JAIL_INIT_PATH, build_jail_init
-from sandbox.backends.process import collect_process
+from sandbox.backends.process import collect_process, kill_group
 from sandbox.backends.tree import file_sizes, remove_tree
 from sandbox.backends.uids import UidPool
 
@@ -311,14 +311,18 @@ class BwrapSession:
             process = await self._spawn(command, preexec, (status.write_fd, init_status.write_fd))
             status.close_write()  # bwrap holds the only writers now: reading never waits on us
             init_status.close_write()
-            result = await collect_process(
-                process,
-                stdin,
-                limits,
-                cgroup,
-                kill_jail=lambda: status.kill_namespace(process.pid),
-                started=started,
-            )
+            try:
+                result = await collect_process(
+                    process,
+                    stdin,
+                    limits,
+                    cgroup,
+                    kill_jail=lambda: status.kill_namespace(process.pid),
+                    started=started,
+                )
+            except asyncio.CancelledError:  # the caller is gone: nothing of its run may go on
+                kill_group(process, cgroup)
+                raise
             jail_started = status.exit_code is not None
             wait_status = init_status.wait_status()
         finally:
