@@ -60,3 +60,23 @@ def test_bools_are_not_numbers_but_ints_and_floats_compare_by_value() -> None:
 def test_value_tolerance_applies_to_nested_floats() -> None:
     assert compare_values([0.1 + 0.2], [0.3], float_tolerance=1e-9).ok
     assert not compare_values([0.1 + 0.2], [0.3]).ok
+
+
+def test_numeric_tokens_under_a_tolerance_are_ascii_numbers_only() -> None:
+    verdicts = [
+        compare_stdout(printed, "10\n", float_tolerance=1e-6).ok
+        for printed in ["١٠", "1_0", "１٠", "10.0000001"]
+    ]
+    assert verdicts == [False, False, False, True]
+
+
+def test_integers_beyond_a_floats_exact_range_compare_exactly_under_a_tolerance() -> None:
+    big = "1" * 400
+    assert [compare_stdout(printed, big, float_tolerance=1e-3).ok for printed in [big, "1" * 399 + "2"]] == [
+        True,
+        False,
+    ]
+    assert (
+        compare_values(10**400 + 1, 10**400, float_tolerance=1e-3).message
+        == f"$: expected {str(10**400)[:77]}..., got {str(10**400 + 1)[:77]}..."
+    )

@@ -137,6 +137,31 @@ async def test_a_program_killed_by_a_signal_is_reported_with_that_signal(
     )
 
 
+# Tries to take over the jail's PID 1 (ours on both backends), then exits 3.
+ATTACK_PID_ONE = """
+import ctypes, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+attached = libc.ptrace(16, 1, None, None)  # PTRACE_ATTACH
+for number in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP):
+    try:
+        os.kill(1, number)
+    except OSError:
+        pass
+try:
+    open('/proc/1/mem', 'rb').read(1)
+    readable = True
+except OSError:
+    readable = False
+print(attached, readable, flush=True)
+os._exit(3)
+"""
+
+
+async def test_a_program_cannot_take_over_pid_1_and_its_own_exit_status_stands(executor: Executor) -> None:
+    response = await executor.run(_plain(ATTACK_PID_ONE))
+    assert (response.verdict, response.run.exit_code, response.run.stdout) == (Verdict.RE, 3, "-1 False\n")
+
+
 # --- (c) verdicts never come from program text ------------------------------------------------
 
 
