@@ -1,15 +1,17 @@
-"""The bubblewrap backend: each run is a fresh bwrap jail over the session's private work dir.
+"""The bubblewrap backend: each run is a fresh bwrap jail over the session's private dirs.
 
 Isolation per run: every namespace unshared (user, pid, net, ipc, uts, cgroup), a non-root uid
 of its own for the whole session (sessions cannot touch each other's files, and the kernel
 counts its processes apart), a read-only root with only /usr and the dynamic linker's files,
-a private size-capped /tmp, a cleared environment, rlimits, a cgroup per session where the host
-allows one (total memory, pids, CPU time; exact kill-all; emptied before every run) and a
-host-side wall clock that kills the jail's whole PID namespace.
+the session's own /work and /tmp (host dirs, so the host can measure the files written), a
+cleared environment, rlimits, a cgroup per session where the host allows one (memory of every
+process of the run and of its /dev files, pids, CPU time over all processes; exact kill-all;
+emptied before every run) and a host-side wall clock that kills the jail's whole PID namespace.
 
-Per run there is one fork and one exec (bwrap): rlimits and joining the cgroup happen in the
-forked child before bwrap starts, and bwrap itself proves that the jail was set up (its status
-pipe reports the program's exit code only if the program was executed).
+Per run, the host forks once and execs bwrap: rlimits and joining the cgroup happen in the
+forked child before bwrap starts. PID 1 of the jail is our init (sandbox.backends.jail_init),
+which reports the program's real wait status; its absence, with bwrap's own status pipe, tells
+a jail that never started (our failure) from one the host killed.
 """
 
 from __future__ import annotations
