@@ -57,6 +57,15 @@ class Config(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _async_needs_a_plain_batch(self) -> Config:
+        if self.rollout.mode == "async" and self.algorithm.filter_groups.enable:
+            raise ValueError(
+                "rollout.mode=async with algorithm.filter_groups.enable=true: dynamic sampling decides how many "
+                "rounds a step needs only after seeing its rewards, so it cannot be generated ahead; use one"
+            )
+        return self
+
     def warnings(self) -> list[str]:
         """Settings that are valid but probably not what the user wants."""
         truncation = self.rollout.truncation_warning()

@@ -87,9 +87,12 @@ def held_out_summary(metrics_path: Path) -> str:
         error = record.get(f"{key}_stderr")
         return f"{record[key]:.3f}" + (f" ± {error:.3f}" if error is not None else "")
 
+    num_problems = int(last["val/num_problems"])
+    if first is last:
+        return f"held-out {key.removeprefix('val/')}: {value(last)} at step {last['step']} ({num_problems} problems)"
     return (
         f"held-out {key.removeprefix('val/')}: {value(first)} at step {first['step']} -> "
-        f"{value(last)} at step {last['step']} ({int(last['val/num_problems'])} problems; ± one standard error)"
+        f"{value(last)} at step {last['step']} ({num_problems} problems; ± one standard error)"
     )
 
 

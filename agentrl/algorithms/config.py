@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 LOSS_AGG_MODES: tuple[str, ...] = get_args(LossAggMode)
@@ -37,6 +37,34 @@ class FilterGroupsConfig(BaseModel):
     )
 
 
+class RolloutCorrectionConfig(BaseModel):
+    """Off-policy correction for the gap between the engine's and the trainer's logprobs (verl names).
+
+    The ratio is old/rollout: the trainer's logprob of a sampled token before the update over the
+    engine's. `rollout_is` (truncated IS, TIS) multiplies each token's loss by the ratio, per token
+    or per sequence (product over its tokens), clamped at `rollout_is_threshold`. `rollout_rs`
+    (masked IS, MIS) drops tokens or whole sequences whose ratio leaves
+    [`rollout_rs_threshold_lower`, `rollout_rs_threshold`] from the loss.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    rollout_is: Literal["token", "sequence"] | None = Field(None, description="TIS level; null: off")
+    rollout_is_threshold: float = Field(2.0, gt=0, description="upper clamp of the IS weight")
+    rollout_rs: Literal["token", "sequence"] | None = Field(None, description="MIS level; null: off")
+    rollout_rs_threshold: float = Field(2.0, gt=0, description="ratios above this are masked out")
+    rollout_rs_threshold_lower: float = Field(0.5, ge=0, description="ratios below this are masked out")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RolloutCorrectionConfig:
+        if self.rollout_rs_threshold_lower >= self.rollout_rs_threshold:
+            raise ValueError(
+                f"algorithm.rollout_correction.rollout_rs_threshold_lower={self.rollout_rs_threshold_lower} must be "
+                f"below rollout_rs_threshold={self.rollout_rs_threshold}"
+            )
+        return self
+
+
 class AlgorithmConfig(BaseModel):
     """How advantages are computed from the rewards of each prompt's group of trajectories."""
 
@@ -51,4 +79,7 @@ class AlgorithmConfig(BaseModel):
     )
     filter_groups: FilterGroupsConfig = Field(
         default_factory=FilterGroupsConfig, description="DAPO dynamic sampling."
+    )
+    rollout_correction: RolloutCorrectionConfig = Field(
+        default_factory=RolloutCorrectionConfig, description="TIS / MIS for the engine-trainer gap."
     )

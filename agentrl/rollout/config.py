@@ -7,6 +7,7 @@ builds, `Budgets` and `Sampling`, so each knob has one home and one default.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -63,6 +64,12 @@ class RolloutConfig(BaseModel):
     )
     exclude_time_truncated: bool = Field(
         True, description="keep truncated_time episodes (a slow env or engine) out of the loss"
+    )
+    mode: Literal["sync", "async"] = Field(
+        "sync", description="async: generate the next steps' rollouts while the current step trains"
+    )
+    max_staleness: int = Field(
+        1, ge=1, description="async: a sample may come from weights at most this many updates old"
     )
     val_kwargs: ValKwargs = Field(default_factory=ValKwargs)
 

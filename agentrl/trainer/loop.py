@@ -8,16 +8,18 @@ checkpoint covers has its line, wherever a kill lands.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from agentrl.algorithms.advantages import compute_advantages, zero_spread_groups
+from agentrl.algorithms.rollout_correction import rollout_correction
 from agentrl.config import Config
 from agentrl.engine.protocol import InferenceEngine
 from agentrl.env.base import TextEnv
@@ -27,12 +29,20 @@ from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.rollout.config import Sampling
 from agentrl.rollout.groups import rollout_groups
 from agentrl.rollout.trajectory import Status, Trajectory
+from agentrl.trainer.async_rollout import (
+    RolloutPrefetcher,
+    oldest_version,
+    staleness_metrics,
+    too_stale_groups,
+)
 from agentrl.trainer.batch import build_train_batch
 from agentrl.trainer.checkpoint import load_latest_checkpoint, save_checkpoint
 from agentrl.trainer.data_order import StepSampler
 from agentrl.trainer.distributed import all_gather_lists
 from agentrl.trainer.health import RunHealth
 from agentrl.trainer.policy_worker import PolicyWorker
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -73,6 +83,7 @@ class Trainer:
         self.config, self.parts = config, parts
         self.health = RunHealth(config.trainer.max_error_frac, config.trainer.max_error_steps)
         self.is_main = parts.actor.context.is_main  # the one rank that writes metrics and rollouts
+        self.prefetcher: RolloutPrefetcher | None = None  # rollout.mode=async only
 
     async def _rollout(
         self,
@@ -162,7 +173,12 @@ class Trainer:
         """One step: its metrics, and its trajectories (advantages set on those trained on)."""
         parts, config = self.parts, self.config
         with timer.stage("rollout"):
-            trajectories, metrics = await self._train_rollout(step)
+            if self.prefetcher is None:
+                trajectories, metrics = await self._train_rollout(step)
+            else:
+                trajectories, metrics = await self.prefetcher.next(step)
+                trajectories = await self._regenerate_stale_groups(step, trajectories, metrics)
+            metrics.update(staleness_metrics(trajectories, step))
         metrics["perf/rollout_tokens"] = float(
             sum(len(t.prompt_ids) + len(t.response_ids) for t in trajectories)
         )
@@ -178,19 +194,53 @@ class Trainer:
             # Nothing to learn from (every episode failed, or dynamic sampling kept no group).
             metrics["actor/skipped_update"] = 1.0
             return metrics, trajectories
-        assert all(t.policy_version == step - 1 for t in trainable), "sync rollout sampled stale weights"
+        if self.prefetcher is None:
+            assert all(oldest_version(t) == step - 1 for t in trainable), "sync rollout sampled stale weights"
         batch = build_train_batch(trainable, advantages, parts.pad_token_id)
         with timer.stage("old_logprob"):
-            batch.old_logprobs, _ = parts.actor.compute_logprobs(batch)
+            batch.old_logprobs, _ = await self._compute(parts.actor.compute_logprobs, batch)
         metrics.update(_logprob_gap(batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask))
+        batch.advantages, batch.loss_mask, correction = rollout_correction(
+            config.algorithm.rollout_correction, batch.old_logprobs, batch.rollout_logprobs, batch.advantages,
+            batch.loss_mask,
+        )  # fmt: skip
+        metrics.update(correction)
         if parts.reference is not None:
             with timer.stage("ref"):
-                batch.ref_logprobs, _ = parts.reference.compute_logprobs(batch)
+                batch.ref_logprobs, _ = await self._compute(parts.reference.compute_logprobs, batch)
         with timer.stage("update"):
-            metrics.update(parts.actor.update(batch))
+            metrics.update(await self._compute(parts.actor.update, batch))
         with timer.stage("weight_sync"):
             await parts.engine.update_weights(parts.actor.full_state_dict(), version=step)
+        if self.prefetcher is not None:
+            await self.prefetcher.weights_updated(step)
         return metrics, trajectories
+
+    async def _compute(self, function: Callable[..., _T], *args: Any) -> _T:
+        """Run a blocking trainer call; in async mode off the event loop, so rollouts keep going."""
+        if self.prefetcher is None:
+            return function(*args)
+        return await asyncio.to_thread(function, *args)
+
+    async def _regenerate_stale_groups(
+        self, step: int, trajectories: list[Trajectory], metrics: dict[str, float]
+    ) -> list[Trajectory]:
+        """Groups holding a sample older than rollout.max_staleness versions, generated again now."""
+        stale = too_stale_groups(trajectories, step, self.config.rollout.max_staleness)
+        metrics["rollout/num_regenerated_groups"] = float(len(stale))
+        if not stale:
+            return trajectories
+        order = list(dict.fromkeys(t.group_id for t in trajectories))
+        row_ids = [group_id for group_id in order if group_id in stale]
+        rows = [self.parts.sampler.rows[group_id] for group_id in row_ids]
+        fresh, _ = await self._rollout(
+            rows, row_ids, (step - 1) * 1000 + 999, self.config.rollout.sampling(), self.config.rollout.n,
+            f"step {step} regenerate",
+        )  # fmt: skip
+        by_group = {group_id: [t for t in trajectories if t.group_id == group_id] for group_id in order}
+        for group_id in row_ids:
+            by_group[group_id] = [t for t in fresh if t.group_id == group_id]
+        return [t for group_id in order for t in by_group[group_id]]
 
     def _due(self, step: int, every: int) -> bool:
         return (every > 0 and step % every == 0) or step == self.config.trainer.total_training_steps
@@ -207,6 +257,15 @@ class Trainer:
             await parts.engine.update_weights(parts.actor.full_state_dict(), version=last_step)
             print(f"resumed from {parts.run_dir} at step {last_step}", flush=True)
         logger = MetricsLogger(parts.run_dir, self.config, resumed=last_step > 0, enabled=self.is_main)
+        if self.config.rollout.mode == "async":
+            if parts.actor.context.world_size > 1:
+                raise ValueError(
+                    "rollout.mode=async runs in one process; use rollout.mode=sync under torchrun"
+                )
+            self.prefetcher = RolloutPrefetcher(
+                self._train_rollout, last_step + 1, trainer.total_training_steps,
+                self.config.rollout.max_staleness, version=last_step,
+            )  # fmt: skip
         logger.discard_after(last_step)
         final_metrics: dict[str, float] = {}
         try:
@@ -233,6 +292,8 @@ class Trainer:
                     )
             parts.actor.save_hf(parts.run_dir / "hf_model")
         finally:
+            if self.prefetcher is not None:
+                await self.prefetcher.close()
             logger.close()
             await parts.engine.close()  # stops an engine server the run launched
         return final_metrics

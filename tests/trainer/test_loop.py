@@ -34,15 +34,15 @@ SMALL = [
 class VersionedScriptedEngine:
     """Replies with the digits in turn and tracks the weight version like a real engine."""
 
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer, self.version, self.num_calls = tokenizer, 0, 0
+    def __init__(self, tokenizer, logprob: float = -0.5) -> None:
+        self.tokenizer, self.version, self.num_calls, self.logprob = tokenizer, 0, 0, logprob
         self.versions_received: list[int] = []
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         reply = str(sampling.seed % 2 * 7)  # "0" or "7": members of a group disagree
         self.num_calls += 1
         ids = self.tokenizer.encode(reply, add_special_tokens=False) + [self.tokenizer.eos_token_id]
-        return Generation(ids, [-0.5] * len(ids), FinishReason.STOP, policy_version=self.version)
+        return Generation(ids, [self.logprob] * len(ids), FinishReason.STOP, policy_version=self.version)
 
     async def update_weights(self, state_dict: dict, version: int) -> None:
         self.version = version
@@ -76,11 +76,11 @@ class TargetEnv(TextEnv):
 
 
 def scripted_trainer(
-    tmp_path: Path, *overrides: str, failure: str | None = None
+    tmp_path: Path, *overrides: str, failure: str | None = None, logprob: float = -0.5
 ) -> tuple[Trainer, VersionedScriptedEngine]:
     config = load_config([*SMALL, *overrides, f"trainer.run_dir={tmp_path}"])
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_PATH)
-    engine = VersionedScriptedEngine(tokenizer)
+    engine = VersionedScriptedEngine(tokenizer, logprob)
     actor = PolicyWorker(
         DEFAULT_MODEL_PATH, config.actor, device="cpu", temperature=config.rollout.temperature
     )
@@ -229,3 +229,59 @@ def test_zero_steps_without_evaluation_finishes_and_saves_the_policy(tmp_path):
 
 def test_devices_resolve_to_the_cpu_without_cuda():
     assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.mark.parametrize(
+    ("correction", "expected"),
+    [
+        (["algorithm.rollout_correction.rollout_is=token"], {"rollout_corr/is_weight_max": 2.0, "rollout_corr/is_clip_frac": 1.0}),
+        (["algorithm.rollout_correction.rollout_rs=token"], {"rollout_corr/rs_masked_frac": 1.0, "actor/grad_norm": 0.0}),
+    ],
+    ids=["tis", "mis"],
+)  # fmt: skip
+def test_a_large_engine_trainer_gap_is_bounded_by_tis_and_mis(tmp_path, correction, expected):
+    # The engine claims every sampled token had probability e^-30: the trainer's ratio to it is huge.
+    trainer, _ = scripted_trainer(
+        tmp_path,
+        "trainer.total_training_steps=1",
+        "trainer.val_before_train=false",
+        *correction,
+        logprob=-30.0,
+    )
+    asyncio.run(trainer.fit())
+    (step,) = records(tmp_path, "metrics.jsonl")
+    assert step["rollout/logprob_diff_mean"] > 10
+    for key, value in expected.items():
+        assert step[key] == value, key
+
+
+def test_async_rollout_trains_on_samples_at_most_max_staleness_versions_old(tmp_path):
+    config = load_config([
+        "env=math", *SMALL, "data.train_batch_size=4", "rollout.mode=async", "rollout.max_staleness=1",
+        "algorithm.rollout_correction.rollout_is=token", "trainer.total_training_steps=3",
+        "trainer.val_before_train=false", f"trainer.run_dir={tmp_path}", "trainer.device=cpu", "engine.device=cpu",
+    ])  # fmt: skip
+    trainer = build_trainer(config, tmp_path)
+    asyncio.run(trainer.fit())
+    steps = records(tmp_path, "metrics.jsonl")
+    assert [step["step"] for step in steps] == [1, 2, 3]
+    assert steps[0]["rollout/staleness/max"] == 0.0  # nothing to be stale against yet
+    assert all(step["rollout/staleness/max"] <= 1.0 for step in steps)
+    assert all("rollout_corr/is_weight_mean" in step for step in steps)
+    for step in (2, 3):  # each trajectory's turns were sampled by version step - 1 or step - 2
+        for trajectory in records(tmp_path, f"rollouts/step_{step}.jsonl"):
+            assert step - 2 <= trajectory["policy_version"] <= step - 1
+
+
+def test_a_group_older_than_the_staleness_bound_is_found_for_regeneration():
+    from agentrl.rollout.trajectory import Trajectory, Turn
+    from agentrl.trainer.async_rollout import staleness_metrics, too_stale_groups
+
+    def sampled_by(group_id: int, version: int) -> Trajectory:
+        turn = Turn("x", [1], [], [], 0.0, "stop", policy_version=version)
+        return Trajectory(group_id=group_id, prompt_ids=[0], turns=[turn], policy_version=version)
+
+    trajectories = [sampled_by(0, 4), sampled_by(1, 3), sampled_by(2, 2)]  # step 6 trains on version 5
+    assert too_stale_groups(trajectories, step=6, max_staleness=2) == {2}
+    metrics = staleness_metrics(trajectories, step=6)
+    assert metrics["rollout/staleness/max"] == 3.0 and metrics["rollout/staleness/1"] == pytest.approx(1 / 3)
