@@ -27,7 +27,23 @@ _HOMES = {
     "ppo_clip_loss": "policy_loss",
 }
 
-__all__ = sorted(_HOMES)
+__all__ = [
+    "KL_KINDS",
+    "LOSS_AGG_MODES",
+    "AlgorithmConfig",
+    "ClipMetrics",
+    "FilterGroupsConfig",
+    "LossAggMode",
+    "aggregate",
+    "compute_advantages",
+    "grpo_advantages",
+    "kl_penalty",
+    "masked_mean",
+    "parse_kl_kind",
+    "ppo_clip_loss",
+    "rloo_advantages",
+    "zero_spread_groups",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -20,7 +20,16 @@ _HOMES = {
     "TransformersEngine": "transformers_engine",
 }
 
-__all__ = sorted(_HOMES)
+__all__ = [
+    "EngineStats",
+    "FinishReason",
+    "Generation",
+    "InferenceEngine",
+    "SamplingParams",
+    "StepKind",
+    "StepRecord",
+    "TransformersEngine",
+]
 
 
 def __getattr__(name: str) -> Any:

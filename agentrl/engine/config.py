@@ -17,7 +17,10 @@ class ModelConfig(BaseModel):
 
 
 # Knobs that only one backend reads; setting one for the other backend is an error, not a no-op.
-_BUILT_IN_ONLY = ("device", "max_batch_size")
+_BUILT_IN_ONLY = (
+    "device", "max_batch_size", "max_prefill_tokens", "prefix_cache_bytes", "prefix_block_size", "cuda_graphs",
+    "prefill_interval",
+)  # fmt: skip
 _SGLANG_ONLY = (
     "url", "launch", "launch_port", "launch_args", "startup_timeout_s", "request_timeout_s",
     "max_retries", "max_connections", "weights_dir", "api_key",
@@ -44,6 +47,21 @@ class EngineConfig(BaseModel):
     )
     max_batch_size: int = Field(
         64, gt=0, description="built-in engine: sequences decoded together in one pass"
+    )
+    max_prefill_tokens: int = Field(
+        8192, gt=0, description="built-in engine: prompt tokens prefilled together in one iteration"
+    )
+    prefix_cache_bytes: int = Field(
+        1 << 30,
+        ge=0,
+        description="built-in engine: KV bytes kept for prefix reuse (LRU); 0 turns the cache off",
+    )
+    prefix_block_size: int = Field(16, gt=0, description="built-in engine: tokens per cached prefix block")
+    cuda_graphs: bool = Field(
+        True, description="built-in engine: replay decode steps as CUDA graphs (GPU only)"
+    )
+    prefill_interval: int = Field(
+        1, gt=0, description="built-in engine: decode steps between prefills (8 batches multi-turn prefills)"
     )
     url: str | None = Field(
         None, description="sglang: base URL of a running server, e.g. http://127.0.0.1:30000"

@@ -22,7 +22,16 @@ def build_engine(
         from agentrl.engine.transformers_engine import TransformersEngine
 
         return TransformersEngine.from_pretrained(
-            model_path, device=device, dtype=dtype, max_batch_size=engine.max_batch_size, seed=seed
+            model_path,
+            device=device,
+            dtype=dtype,
+            max_batch_size=engine.max_batch_size,
+            max_prefill_tokens=engine.max_prefill_tokens,
+            prefix_cache_bytes=engine.prefix_cache_bytes,
+            prefix_block_size=engine.prefix_block_size,
+            cuda_graphs=engine.cuda_graphs,
+            prefill_interval=engine.prefill_interval,
+            seed=seed,
         )
     from agentrl.engine.sglang_client import SGLangEngine
     from agentrl.engine.sglang_launcher import LaunchedServer, probe_server

@@ -211,10 +211,25 @@ class Trainer:
         with timer.stage("update"):
             metrics.update(await self._compute(parts.actor.update, batch))
         with timer.stage("weight_sync"):
-            await parts.engine.update_weights(parts.actor.full_state_dict(), version=step)
+            await self._sync_weights(step)
         if self.prefetcher is not None:
             await self.prefetcher.weights_updated(step)
         return metrics, trajectories
+
+    async def _sync_weights(self, version: int) -> None:
+        """Send the actor's weights to the engine; on a shared GPU as device tensors, without a host copy."""
+        engine, actor = self.parts.engine, self.parts.actor
+        engine_device = getattr(engine, "device", None)
+        if (
+            isinstance(engine_device, torch.device)
+            and engine_device == actor.context.device
+            and engine_device.type == "cuda"
+        ):
+            dtype = next(engine.model.parameters()).dtype
+            state_dict = actor.full_state_dict(device=None, dtype=dtype)
+        else:
+            state_dict = actor.full_state_dict()
+        await engine.update_weights(state_dict, version=version)
 
     async def _compute(self, function: Callable[..., _T], *args: Any) -> _T:
         """Run a blocking trainer call; in async mode off the event loop, so rollouts keep going."""
@@ -254,8 +269,9 @@ class Trainer:
             and (restored := load_latest_checkpoint(parts.run_dir, parts.actor)) is not None
         ):
             last_step = restored[0]
-            await parts.engine.update_weights(parts.actor.full_state_dict(), version=last_step)
             print(f"resumed from {parts.run_dir} at step {last_step}", flush=True)
+        # Also on a fresh run: a served engine may still hold another run's weights and version.
+        await self._sync_weights(last_step)
         logger = MetricsLogger(parts.run_dir, self.config, resumed=last_step > 0, enabled=self.is_main)
         if self.config.rollout.mode == "async":
             if parts.actor.context.world_size > 1:

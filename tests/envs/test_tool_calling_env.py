@@ -9,7 +9,7 @@ from pydantic import Field
 
 from agentrl.env import InfraError, make
 from agentrl.testing import answer_probes, check_env_contract, find_reward_hacks, play_sync, tool_call_probes
-from agentrl.tiny_policy.corpus import CALCULATOR_TOOL
+from envs.tiny_policy.corpus import CALCULATOR_TOOL
 from envs.tool_calling import Tool, ToolCallingEnv
 from envs.tool_calling.retrieval import world
 from envs.tool_calling.synthetic import generate

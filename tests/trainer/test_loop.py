@@ -101,7 +101,7 @@ def test_each_step_trains_on_its_groups_and_serves_the_next_weight_version(tmp_p
     trainer, engine = scripted_trainer(tmp_path, "trainer.total_training_steps=2")
     before = {name: tensor.clone() for name, tensor in trainer.parts.actor.full_state_dict().items()}
     asyncio.run(trainer.fit())
-    assert engine.versions_received == [1, 2]
+    assert engine.versions_received == [0, 1, 2]  # the start weights, then one version per update
     assert [record["step"] for record in records(tmp_path, "metrics.jsonl")] == [0, 1, 2]
     step_1 = records(tmp_path, "rollouts/step_1.jsonl")
     assert sorted(t["reward"] for t in step_1) == [0.0] * 4 + [1.0] * 4
