@@ -15,6 +15,7 @@ from agentrl.algorithms.config import AlgorithmConfig
 from agentrl.data import DataConfig
 from agentrl.engine.config import EngineConfig, ModelConfig
 from agentrl.env.config import EnvConfig
+from agentrl.launchers.config import RayConfig
 from agentrl.rewards.config import RewardConfig
 from agentrl.rollout.config import RolloutConfig
 from agentrl.trainer.actor_config import ActorConfig
@@ -37,6 +38,7 @@ class Config(BaseModel):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
 
     @model_validator(mode="after")
     def _batch_sizes_fit(self) -> Config:

@@ -53,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     is_main = os.environ.get("RANK", "0") == "0"  # under torchrun, one rank writes the run's records
     if is_main:
         (run_dir / "config.yaml").write_text(dump_config(config))
+    if config.trainer.launcher == "ray":  # each Ray policy worker runs the build_trainer(...).fit() below
+        from agentrl.launchers.ray_launcher import run_with_ray
+
+        status = run_with_ray(config, run_dir)
+        return status or report(run_dir)
     try:
         trainer = build_trainer(config, run_dir)
     except (ValueError, EngineRequestError) as error:  # bad data files, an engine that does not answer
@@ -63,9 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     except RunStopped as stopped:
         print(f"error: {stopped}", file=sys.stderr)
         return 1
-    if is_main:
-        print(f"run dir: {run_dir}  final policy: {run_dir / 'hf_model'}")
-        print(held_out_summary(run_dir / "metrics.jsonl"))
+    return report(run_dir) if is_main else 0
+
+
+def report(run_dir: Path) -> int:
+    """Print where the run's policy is and how it evaluated; the exit status of a finished run."""
+    print(f"run dir: {run_dir}  final policy: {run_dir / 'hf_model'}")
+    print(held_out_summary(run_dir / "metrics.jsonl"))
     return 0
 
 

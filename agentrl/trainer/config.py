@@ -18,6 +18,9 @@ class TrainerConfig(BaseModel):
     total_training_steps: int = Field(20, ge=0)
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="policy workers' device")
+    launcher: Literal["local", "ray"] = Field(
+        "local", description="local: this process (or torchrun's ranks); ray: Ray actors placed by the ray section"
+    )
     save_freq: int = Field(10, ge=0, description="checkpoint every N steps (0: only at the end)")
     test_freq: int = Field(0, ge=0, description="evaluate every N steps (0: only at the end)")
     val_before_train: bool = Field(True, description="evaluate before the first step")
