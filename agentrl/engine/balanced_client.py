@@ -5,9 +5,10 @@ engine and every policy worker generates through one of these clients.
 
 - Sticky routing: the rollout runs each episode as its own asyncio task, so the client routes
   by task. An episode's first turn goes to the server with the fewest requests in flight from
-  this client (ties to the lowest index); its later turns go to the same server, whose prefix
-  cache already holds the conversation so far. When a server fails a request, the episode is
-  routed afresh on its next call (the rollout reruns it with the same seeds).
+  this client (then the fewest failures since its last success, then the lowest index); its
+  later turns go to the same server, whose prefix cache already holds the conversation so far.
+  When a server fails a request, the episode is routed afresh on its next call (the rollout
+  reruns it with the same seeds), away from the failing server where another is as free.
 - Weight sync goes through the servers' `/update_weights_from_disk`, from one Hugging Face
   export on disk. With several policy workers, all of them call `update_weights` after each
   step (they run the same loop), but only the one built with `updates_weights=True` exports
@@ -64,6 +65,7 @@ class BalancedEngine:
         self.weights_dir = Path(weights_dir or tempfile.mkdtemp(prefix="agentrl-weights-"))
         self.in_flight = [0] * len(servers)  # requests this client has open on each server
         self.requests_sent = [0] * len(servers)  # requests sent to each server so far
+        self.failures = [0] * len(servers)  # failed requests on each server since its last success
         # Entries disappear with their task: a finished episode holds no route.
         self._routes: weakref.WeakKeyDictionary[asyncio.Task, int] = weakref.WeakKeyDictionary()
         self._last_export: Path | None = None
@@ -74,7 +76,7 @@ class BalancedEngine:
         assert task is not None, "generate() runs inside a task"
         index = self._routes.get(task)
         if index is None:
-            index = min(range(len(self.servers)), key=lambda i: (self.in_flight[i], i))
+            index = min(range(len(self.servers)), key=lambda i: (self.in_flight[i], self.failures[i], i))
             self._routes[task] = index
         return index
 
@@ -84,10 +86,14 @@ class BalancedEngine:
         self.in_flight[index] += 1
         self.requests_sent[index] += 1
         try:
-            return await self.servers[index].generate(prompt_ids, sampling)
+            generation = await self.servers[index].generate(prompt_ids, sampling)
         except EngineRequestError:
+            self.failures[index] += 1
             self._routes.pop(asyncio.current_task(), None)  # the rerun may go to a healthier server
             raise
+        else:
+            self.failures[index] = 0
+            return generation
         finally:
             self.in_flight[index] -= 1
 
