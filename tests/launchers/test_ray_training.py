@@ -72,3 +72,28 @@ def test_two_ray_policy_workers_train_what_one_process_trains(
     for name, tensor in one_weights.items():
         torch.testing.assert_close(ray_weights[name], tensor, rtol=0, atol=1e-5)
     assert not (tmp_path / "weight_sync").exists()  # the split run's weight exports are removed
+
+
+def test_a_cluster_too_small_for_the_workers_fails_with_what_was_asked(ray_instance, tmp_path, capsys):
+    overrides = ["trainer.launcher=ray", "ray.num_workers=3", "ray.startup_timeout_s=2"]
+    assert main([*TINY_RUN, *overrides, f"trainer.run_dir={tmp_path}"]) == 2
+    error = capsys.readouterr().err
+    assert "could not hold 3 policy workers of {'CPU': 1.0}" in error
+    assert "Lower ray.num_workers" in error
+
+
+def test_a_user_error_inside_a_worker_reads_as_it_does_in_one_process(ray_instance, tmp_path, capsys):
+    missing = tmp_path / "missing.jsonl"
+    assert (
+        main(
+            [
+                *TINY_RUN,
+                "trainer.launcher=ray",
+                "data.generator=null",
+                f"data.train_files=[{missing}]",
+                f"trainer.run_dir={tmp_path}",
+            ]
+        )
+        == 2
+    )
+    assert str(missing) in capsys.readouterr().err
