@@ -1,161 +1,247 @@
-"""The in-jail test harness for call and assert tests (copied into the jail; stdlib only).
+"""The in-jail judge process for call and assert tests (copied into the jail; stdlib only).
 
-Run as `python3 -I -B /work/_harness.py call|assert`. Stage: inside the jail, untrusted.
+Run as `python3 -I -B /work/_harness.py call|assert`. Stage: inside the jail, trusted: the
+host writes this file, sandbox/plain_data.py and the test afresh before every run, while no
+process of the program is alive.
 
-Why two processes: the host proves that a test ran to completion with a per-run random
-marker. The parent reads the marker from stdin *before* forking, makes itself non-dumpable
-(so that same-uid code can neither ptrace it nor open /proc/<parent>/mem or its fds), then
-forks a child that wipes its copy of the marker and only then runs the user's program. The
-child reports its outcome to the parent through a pipe; the parent (a child subreaper) waits
-for the child, kills every process the program left behind, and only then prints
-"\\n<marker> <report JSON>\\n". Output that lacks the marker, or a child that exits early
-(sys.exit, os._exit, a signal), never yields an "ok" report. Return values travel as JSON
-text: the host compares them, so `__eq__` overrides have nothing to act on.
+The program never runs in this process. It runs in a child (sandbox/program_server.py) that
+answers calls of its functions over two pipes, one JSON line per call; the dataset's test code
+(trusted) runs here, against proxies of those functions, so every value it compares is plain
+data this process decoded itself. The backend starts this process out of the program's reach:
+either as its PID namespace's init (bwrap), which no process of the namespace can kill, stop
+or signal, or with the program as the init of a PID namespace of its own (Docker), from which
+this process cannot even be seen. It makes itself non-dumpable (no ptrace, no /proc/<pid>/mem
+or fd access for same-uid code; the seccomp filter denies ptrace and process_vm_* besides), and
+the program holds none of its file descriptors but the two call pipes. When the test is over,
+every process of the program is killed, and only then is "\\n<marker> <report JSON>\\n" printed,
+with a per-run marker read from stdin that the program never sees.
 """
 
+import builtins
 import contextlib
 import ctypes
+import importlib.util
 import json
 import os
 import signal
 import sys
-import threading
-import traceback
 import types
 
 MARKER_LENGTH = 32
 PR_SET_DUMPABLE = 4
-PR_SET_CHILD_SUBREAPER = 36
-REPORT_WAIT_S = 1.0
-_write, _exit, _dumps = os.write, os._exit, json.dumps  # bound before user code can patch modules
+WORK_DIR = os.getcwd()  # the jail's /work (the session dir on the unsafe-local backend)
+STATUS_FD_ENV = "SANDBOX_STATUS_FD"  # where a judge running as init reports the program's wait status
+MODULE_NAMES = {"call": "solution", "assert": "__main__"}
 
 
-def _read_marker() -> bytearray:
-    """Read the marker straight into a buffer we can wipe (no intermediate copies)."""
-    marker = bytearray(MARKER_LENGTH)
-    view, filled = memoryview(marker), 0
-    while filled < MARKER_LENGTH:
-        count = os.readv(0, [view[filled:]])
-        if count == 0:
+class ProgramEnded(BaseException):
+    """The program exited, died or answered nonsense: not an exception test code may catch."""
+
+
+class NotPlainReturn(BaseException):
+    """The program returned something other than plain data."""
+
+
+class ProgramRaised(Exception):
+    """The program raised an exception that is not a builtin one."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+def _load_codec() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("_plain_data", os.path.join(WORK_DIR, "_plain_data.py"))
+    codec = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(codec)
+    return codec
+
+
+def _read_marker() -> bytes:
+    marker = b""
+    while len(marker) < MARKER_LENGTH:
+        chunk = os.read(0, MARKER_LENGTH - len(marker))
+        if not chunk:
             raise SystemExit("harness: no marker on stdin")
-        filled += count
+        marker += chunk
     return marker
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    while data:
-        data = data[_write(fd, data) :]
-
-
-def _exec_file(path: str, module_name: str) -> dict:
-    """Run a file as module `module_name`, registered in sys.modules as a script's module would be."""
-    with open(path, encoding="utf-8") as source_file:
-        code = compile(source_file.read(), path, "exec")
-    module = types.ModuleType(module_name)
-    module.__file__ = path
-    sys.modules[module_name] = module
-    exec(code, module.__dict__)  # noqa: S102 - running the program is this file's purpose
-    return module.__dict__
-
-
-def _run_test(mode: str) -> dict:
-    if mode == "assert":
-        _exec_file(os.path.abspath("program.py"), "__main__")
-        return {"status": "ok"}
-    with open("_call.json", encoding="utf-8") as call_file:
-        call = json.load(call_file)
-    namespace = _exec_file(os.path.abspath("main.py"), "solution")
-    function = namespace.get(call["entry_point"])
-    if not callable(function):
-        return {
-            "status": "error",
-            "exception": "NameError",
-            "message": f"no function {call['entry_point']!r}",
-        }
-    value = function(*call["args"], **call["kwargs"])
+def _program_cannot_reach_us() -> bool:
+    """As the init, or with children in another PID namespace, no child can signal this process."""
+    if os.getpid() == 1:
+        return True
     try:
-        value_json = _dumps(value)
+        return os.readlink("/proc/self/ns/pid") != os.readlink("/proc/self/ns/pid_for_children")
+    except FileNotFoundError:  # unshared: the kernel makes the namespace with our first child
+        return True
+
+
+class Program:
+    """The program's process and the two pipes of its call protocol."""
+
+    def __init__(self, mode: str, codec: types.ModuleType) -> None:
+        self.codec = codec
+        request_read, self.request_fd = os.pipe()  # pipes are close-on-exec; only two ends are passed on
+        self.answer_file_read, answer_write = os.pipe()
+        for fd in (request_read, answer_write):
+            os.set_inheritable(fd, True)
+        argv = [sys.executable, "-I", "-B", f"{WORK_DIR}/_program.py", MODULE_NAMES[mode]]
+        environment = {key: value for key, value in os.environ.items() if key != STATUS_FD_ENV}
+        self.pid = os.posix_spawn(
+            sys.executable,
+            [*argv, str(request_read), str(answer_write)],
+            environment,
+            file_actions=[(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)],
+            setsid=True,  # a process group and session of its own: kill(0, ...) cannot reach us
+        )
+        os.close(request_read)
+        os.close(answer_write)
+        self.answers = os.fdopen(self.answer_file_read, "rb")
+        self.wait_status: int | None = None
+
+    def receive(self) -> dict:
+        line = self.answers.readline(self.codec.MAX_TEXT_CHARS + 1)
+        if not line:
+            raise ProgramEnded("the program ended before the test completed")
+        try:
+            return self.codec.loads_line(line)
+        except ValueError as error:
+            raise ProgramEnded(f"the program's answer is unreadable: {error}") from None
+
+    def call(self, name: str, args: tuple, kwargs: dict) -> object:
+        try:
+            request = {
+                "function": name,
+                "args": self.codec.encode(list(args)),
+                "kwargs": self.codec.encode(kwargs),
+            }
+        except self.codec.NotPlainData as error:
+            raise TypeError(f"only plain data can be passed to the program's {name}(): {error}") from None
+        data = self.codec.dumps_line(request)
+        try:
+            while data:
+                data = data[os.write(self.request_fd, data) :]
+        except BrokenPipeError:
+            raise ProgramEnded("the program ended before the test completed") from None
+        return self._value_of(self.receive())
+
+    def _value_of(self, answer: dict) -> object:
+        if "value" in answer:
+            try:
+                return self.codec.decode(answer["value"])
+            except (ValueError, TypeError) as error:
+                raise ProgramEnded(f"the program's answer is unreadable: {error}") from None
+        if "not_plain" in answer:
+            raise NotPlainReturn(str(answer["not_plain"]))
+        if "raised" in answer:
+            name, message = str(answer["raised"]), str(answer.get("message", ""))
+            builtin = getattr(builtins, name, None)
+            if isinstance(builtin, type) and issubclass(builtin, Exception):
+                raise builtin(message)  # tests may expect a ValueError; the class is ours, not the program's
+            raise ProgramRaised(name, message)
+        raise ProgramEnded(str(answer.get("exited", "the program answered out of protocol")))
+
+    def function(self, name: str):
+        def proxy(*args: object, **kwargs: object) -> object:
+            return self.call(name, args, kwargs)
+
+        proxy.__name__ = proxy.__qualname__ = name
+        return proxy
+
+    def end(self) -> None:
+        """Kill every process of the program and reap them; as init, reap every orphan too.
+
+        `wait_status` is the program's own wait status if it ended by itself, else 0: it was
+        still answering calls when the judge was done with it.
+        """
+        pid, status = os.waitpid(self.pid, os.WNOHANG)
+        self.wait_status = status if pid == self.pid else 0
+        if os.getpid() != 1:  # the program is its namespace's init: the namespace dies with it
+            if pid != self.pid:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            return
+        while True:  # the init's kill(-1) spares only itself
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(-1, signal.SIGKILL)
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                return
+
+
+def _namespace(program: Program, names: dict) -> dict:
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    for name, entry in names.items():
+        if entry == "function":
+            namespace[name] = program.function(name)
+        elif isinstance(entry, dict) and "value" in entry:
+            namespace[name] = program.codec.decode(entry["value"])
+    return namespace
+
+
+def _run_test(mode: str, program: Program, test: dict) -> dict:
+    ready = program.receive()
+    if "ready" not in ready:
+        program._value_of(ready)  # raises what the program's start-up raised
+    names = ready["ready"] if isinstance(ready["ready"], dict) else {}
+    if mode == "assert":
+        exec(compile(test["code"], "test.py", "exec"), _namespace(program, names))  # noqa: S102 - trusted test code
+        return {"status": "ok"}
+    entry_point = test["entry_point"]
+    if names.get(entry_point) != "function":
+        return {"status": "error", "exception": "NameError", "message": f"no function {entry_point!r}"}
+    value = program.call(entry_point, test["args"], test["kwargs"])
+    try:
+        return {"status": "ok", "value": json.dumps(value)}
     except (TypeError, ValueError) as error:
         return {"status": "unserialisable", "message": f"{type(value).__name__}: {error}"[:500]}
-    return {"status": "ok", "value": value_json}
 
 
-def _children() -> list[int]:
-    me, children = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rpartition(")")[2].split()
-        except (OSError, ValueError):
-            continue  # not a process, or gone
-        if int(fields[1]) == me:
-            children.append(int(entry))
-    return children
-
-
-def _kill_descendants() -> None:
-    """SIGKILL our children until none is left; their orphans are re-parented to us meanwhile."""
-    while True:
-        for child in _children():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child, signal.SIGKILL)
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            return
-
-
-def _child(mode: str, marker: bytearray, report_fd: int) -> None:
-    marker[:] = bytes(MARKER_LENGTH)  # the user's program must never see it
-    null_fd = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(null_fd, 0)
-    os.close(null_fd)
+def _report(mode: str, program: Program, test: dict) -> dict:
     try:
-        report = _run_test(mode)
+        return _run_test(mode, program, test)
     except AssertionError as error:
-        report = {"status": "assertion_failed", "message": str(error)[:500]}
-    except SystemExit as error:
-        report = {"status": "exited", "message": f"exit({error.code!r}) before the test completed"[:500]}
-    except BaseException as error:  # noqa: BLE001 - any exception of the program is its runtime error
-        traceback.print_exc()
-        report = {"status": "error", "exception": type(error).__name__, "message": str(error)[:500]}
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # a closed or broken stream must not lose the report
-            stream.flush()
-    _write_all(report_fd, _dumps(report).encode())
-    _exit(0)
+        return {"status": "assertion_failed", "message": str(error)[:500]}
+    except NotPlainReturn as error:
+        return {"status": "not_plain", "message": str(error)[:500]}
+    except ProgramEnded as error:
+        return {"status": "exited", "message": str(error)[:500]}
+    except ProgramRaised as error:
+        return {"status": "error", "exception": error.name, "message": str(error)[:500]}
+    except Exception as error:  # noqa: BLE001 - raised by the program's function or by the test itself
+        return {"status": "error", "exception": type(error).__name__, "message": str(error)[:500]}
 
 
 def main() -> None:
     mode = sys.argv[1]
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    if ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise SystemExit("harness: prctl failed")
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # an init ignores every signal it has no handler for
+    status_fd = int(os.environ.get(STATUS_FD_ENV, "-1"))
+    if status_fd >= 0:
+        os.set_inheritable(status_fd, False)
     marker = _read_marker()
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        _child(mode, marker, write_fd)
-    os.close(write_fd)
-    chunks: list[bytes] = []
-    reader = threading.Thread(
-        target=lambda: chunks.extend(iter(lambda: os.read(read_fd, 65536), b"")), daemon=True
-    )
-    reader.start()
-    _, status = os.waitpid(pid, 0)
-    # Nothing the program started may outlive it: a leftover process could read our report line
-    # back out of the stdout pipe (via /proc/self/fd/1) and append a forged one. As a child
-    # subreaper we inherit every orphan of the program, daemons included, and only those.
-    _kill_descendants()
-    reader.join(timeout=REPORT_WAIT_S)
+    if not _program_cannot_reach_us():  # a backend's fault: reported, and no program runs
+        os.write(1, b"\n" + marker + b' {"status": "unprotected"}\n')
+        return
+    codec = _load_codec()
+    # Read every input before the program runs: it may rewrite any file in /work.
+    with open(os.path.join(WORK_DIR, "_test.json"), encoding="utf-8") as test_file:
+        test = json.load(test_file)
+    program = Program(mode, codec)
     try:
-        report = json.loads(b"".join(chunks)) if chunks else {"status": "no_report"}
-    except ValueError:
-        report = {"status": "no_report"}
-    report["wait_status"] = status
-    _write_all(1, b"\n" + bytes(marker) + b" " + json.dumps(report).encode() + b"\n")
-    _exit(0)
+        report = _report(mode, program, test)
+    finally:
+        program.end()
+    if status_fd >= 0:  # as the jail's init we report the program's real wait status, as our C init does
+        os.write(status_fd, b"%d\n" % program.wait_status)
+    report["wait_status"] = program.wait_status
+    sys.stdout.flush()  # what the test code printed comes before the report
+    data = b"\n" + marker + b" " + json.dumps(report).encode() + b"\n"
+    while data:
+        data = data[os.write(1, data) :]
 
 
 if __name__ == "__main__":

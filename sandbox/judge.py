@@ -36,6 +36,14 @@ logger = logging.getLogger(__name__)
 
 TEST_TEXT_LIMIT = 8 << 10  # per-test stdout/stderr kept in the response; plain runs keep everything
 HARNESS_FILE = "_harness.py"
+TEST_FILE = "_test.json"
+# In-jail files of call and assert tests (name in the jail: file of this package). The judge
+# process (harness) runs the test; the program server runs the program and answers its calls.
+JUDGE_FILES = {
+    HARNESS_FILE: "harness.py",
+    "_program.py": "program_server.py",
+    "_plain_data.py": "plain_data.py",
+}
 
 
 def wall_clock_s(time_s: float) -> float:
@@ -138,9 +146,11 @@ class _GuardedSession:
         except Exception as error:
             raise SandboxFailure(f"writing files failed: {type(error).__name__}: {error}") from error
 
-    async def run(self, argv: list[str], stdin: bytes, limits: Limits) -> ProcessResult:
+    async def run(
+        self, argv: list[str], stdin: bytes, limits: Limits, judge_process: bool = False
+    ) -> ProcessResult:
         try:
-            return await self._session.run(argv, stdin, limits)
+            return await self._session.run(argv, stdin, limits, judge_process=judge_process)
         except Exception as error:
             raise SandboxFailure(f"running {argv[0]} failed: {type(error).__name__}: {error}") from error
 
@@ -209,8 +219,12 @@ async def _judge_in_session(session: _GuardedSession, request: RunRequest, spec:
 def _initial_files(request: RunRequest, spec: LanguageSpec) -> dict[str, bytes]:
     files = {spec.source_file: request.code.encode()}
     if any(not isinstance(test, StdioTest) for test in request.tests):
-        files[HARNESS_FILE] = resources.files("sandbox").joinpath("harness.py").read_bytes()
+        files.update({name: _package_file(source) for name, source in JUDGE_FILES.items()})
     return files
+
+
+def _package_file(name: str) -> bytes:
+    return resources.files("sandbox").joinpath(name).read_bytes()
 
 
 async def _run_test(
@@ -225,20 +239,20 @@ async def _run_test(
         return result_of(
             Verdict.AC if comparison.ok else Verdict.WA, process, comparison.message, limit=TEST_TEXT_LIMIT
         )
-    # Every harness run gets fresh copies: an earlier run of the program may have rewritten them
-    # (a harness rewritten by the program would read the next run's marker).
+    # Every harness run gets fresh copies of every file: an earlier run of the program may have
+    # rewritten them (a harness rewritten by the program would read the next run's marker).
     files = _initial_files(request, spec)
     if isinstance(test, CallTest):
-        call = {"entry_point": request.entry_point, "args": test.args, "kwargs": test.kwargs}
-        files["_call.json"] = json.dumps(call).encode()
+        test_spec = {"entry_point": request.entry_point, "args": test.args, "kwargs": test.kwargs}
         mode = "call"
     else:
-        files["program.py"] = (request.code + "\n\n" + test.code + "\n").encode()
+        test_spec = {"code": test.code}
         mode = "assert"
+    files[TEST_FILE] = json.dumps(test_spec).encode()
     await session.write_files(files)
     marker = secrets.token_hex(16)
     argv = [*PYTHON_ARGV, f"/work/{HARNESS_FILE}", mode]
-    process = await session.run(argv, marker.encode(), limits)
+    process = await session.run(argv, marker.encode(), limits, judge_process=True)
     return _judge_harness_run(process, marker.encode(), test, request, spec)
 
 
@@ -259,10 +273,12 @@ def _judge_harness_run(
         if not isinstance(report, dict):
             raise TypeError(f"a report is a JSON object, got {type(report).__name__}")
         verdict, message = _report_verdict(report, test, request)
-    # Everything here was shaped by the program (the harness ran in its process): whatever the
-    # host-side parsing or comparison raises on it is the program's wrong answer, never a crash.
+    # A call test's value was shaped by the program: whatever the host-side parsing or
+    # comparison raises on it is the program's wrong answer, never a crash.
     except bounded_json.JsonTooLarge as error:
         verdict, message = Verdict.WA, f"return value rejected: {error}"
+    except SandboxFailure:
+        raise
     except Exception as error:  # noqa: BLE001
         verdict, message = (
             Verdict.RE,
@@ -273,6 +289,8 @@ def _judge_harness_run(
 
 def _report_verdict(report: dict, test: CallTest | AssertTest, request: RunRequest) -> tuple[Verdict, str]:
     status, message = report.get("status"), str(report.get("message", ""))
+    if status == "unprotected":  # printed before the program started: it cannot have forged it
+        raise SandboxFailure("the backend started the judge process where the program could signal it")
     if status == "ok" and isinstance(test, AssertTest):
         return Verdict.AC, ""
     if status == "ok":
@@ -282,6 +300,8 @@ def _report_verdict(report: dict, test: CallTest | AssertTest, request: RunReque
         return Verdict.WA, f"assertion failed: {message}" if message else "assertion failed"
     if status == "unserialisable":
         return Verdict.WA, f"return value is not JSON-serialisable: {message}"
+    if status == "not_plain":  # an object of its own could compare equal to anything
+        return Verdict.WA, f"return value is not plain data: {message}"
     if status == "error":
         return Verdict.RE, f"{report.get('exception', '')}: {message}"
     if status == "exited":

@@ -48,7 +48,14 @@ class JailSession(Protocol):
 
     async def write_files(self, files: dict[str, bytes]) -> None: ...
 
-    async def run(self, argv: list[str], stdin: bytes, limits: Limits) -> ProcessResult: ...
+    async def run(
+        self, argv: list[str], stdin: bytes, limits: Limits, judge_process: bool = False
+    ) -> ProcessResult:
+        """Run argv in the jail. `judge_process`: argv is the trusted judge of a test
+        (sandbox/harness.py), which starts the program itself; the backend starts it where no
+        process it starts can signal it (as the PID namespace's init, or with its children in
+        a PID namespace of their own)."""
+        ...
 
     async def close(self) -> None: ...
 

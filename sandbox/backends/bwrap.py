@@ -35,9 +35,11 @@ from sandbox.backends.base import Limits, ProcessResult, SandboxFailure
 from sandbox.backends.cgroups import CgroupRun, SessionCgroup
 from sandbox.backends.jail_init import JAIL_INIT_PATH, build_jail_init
 from sandbox.backends.process import collect_process, kill_group
+from sandbox.backends.seccomp_filter import bwrap_filter
 from sandbox.backends.tree import file_sizes, remove_tree
 from sandbox.backends.uids import UidPool
 
+STATUS_FD_ENV = "SANDBOX_STATUS_FD"  # as sandbox/harness.py reads it
 # Just enough of /etc for the dynamic linker, locale-free Python and g++; never shadow, passwd, hosts.
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "alternatives")
 JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -75,33 +77,54 @@ def root_mounts() -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class JailPaths:
-    """Host paths that one jail uses: its writable dirs and our init binary."""
+    """Host paths that one jail uses: its writable dirs, our init binary and the seccomp filter."""
 
     work_dir: Path  # mounted at /work
     tmp_dir: Path  # mounted at /tmp; on the host, so that the host can measure what was written
     init: Path
+    seccomp_filter: Path  # BPF exported by libseccomp (sandbox.backends.seccomp_filter)
 
 
 def bwrap_argv(
-    bwrap: str, paths: JailPaths, uid: int, argv: list[str], status_fd: int, init_status_fd: int
+    bwrap: str,
+    paths: JailPaths,
+    uid: int,
+    argv: list[str],
+    fds: JailFds,
+    judge_process: bool = False,
 ) -> list[str]:
     """The bwrap command line that runs `argv` in /work of a fresh jail under our init.
 
-    bwrap reports the jail's set-up to `status_fd`; the init reports the program's wait status
-    to `init_status_fd`.
+    bwrap reports the jail's set-up to `fds.status`; the init reports the program's wait status
+    to `fds.init_status`. A judge process (`judge_process`) is the init itself: no process of
+    the namespace can signal the init, and it reports the wait status of the program it runs
+    to the same fd, named in its environment.
     """
+    if judge_process:
+        init_argv = ["--setenv", STATUS_FD_ENV, str(fds.init_status), "--", *argv]
+    else:
+        init_argv = ["--", JAIL_INIT_PATH, str(fds.init_status), *argv]
     return [
         bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--as-pid-1",
         "--uid", str(uid), "--gid", str(uid), "--cap-drop", "ALL", "--disable-userns",
-        "--json-status-fd", str(status_fd),
+        "--json-status-fd", str(fds.status), "--seccomp", str(fds.seccomp),
         *root_mounts(),
         "--proc", "/proc", "--dev", "/dev", "--bind", str(paths.tmp_dir), "/tmp",
         "--bind", str(paths.work_dir), "/work", "--ro-bind", str(paths.init), JAIL_INIT_PATH,
         "--remount-ro", "/", "--chdir", "/work",
         "--clearenv", "--setenv", "PATH", JAIL_PATH, "--setenv", "HOME", "/work",
         "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONIOENCODING", "utf-8",
-        "--", JAIL_INIT_PATH, str(init_status_fd), *argv,
+        *init_argv,
     ]  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class JailFds:
+    """The host's file descriptors that bwrap and the jail's init receive for one run."""
+
+    status: int  # bwrap's JSON status (write end)
+    init_status: int  # the program's wait status (write end)
+    seccomp: int  # the BPF filter, read by bwrap before it starts the init
 
 
 def rlimits(limits: Limits, max_processes: int, address_space: bool = True) -> dict[int, tuple[int, int]]:
@@ -264,7 +287,7 @@ class BwrapSession:
     def __init__(self, backend: BwrapBackend, root: Path, uid: int) -> None:
         self._backend = backend
         self.root = root
-        self.paths = JailPaths(root / "work", root / "tmp", backend.init)
+        self.paths = JailPaths(root / "work", root / "tmp", backend.init, backend.seccomp_filter)
         self.work_dir = self.paths.work_dir
         self.uid = uid
         self._cgroup: SessionCgroup | None = None
@@ -289,28 +312,34 @@ class BwrapSession:
         finally:
             os.close(fd)
 
-    async def run(self, argv: list[str], stdin: bytes, limits: Limits) -> ProcessResult:
+    async def run(
+        self, argv: list[str], stdin: bytes, limits: Limits, judge_process: bool = False
+    ) -> ProcessResult:
         for attempt in range(SETUP_ATTEMPTS):
             try:
-                return await self._run_once(argv, stdin, limits)
+                return await self._run_once(argv, stdin, limits, judge_process)
             except _JailRefused as refused:
                 if attempt == SETUP_ATTEMPTS - 1:
                     raise SandboxFailure(f"bwrap could not set up the jail: {refused}") from None
                 await asyncio.sleep(SETUP_RETRY_S * 2**attempt)
         raise AssertionError("unreachable")
 
-    async def _run_once(self, argv: list[str], stdin: bytes, limits: Limits) -> ProcessResult:
+    async def _run_once(
+        self, argv: list[str], stdin: bytes, limits: Limits, judge_process: bool
+    ) -> ProcessResult:
         cgroup = self._start_cgroup_run(limits)
         max_processes = NPROC_BACKSTOP if cgroup is not None else limits.max_processes + EXTRA_PROCESSES
         process_limits = rlimits(limits, max_processes, address_space=cgroup is None)
         preexec = jail_preexec(process_limits, cgroup.cgroup.procs_files if cgroup else [])
         status, init_status = JailStatus(), InitStatus()
+        seccomp_fd = os.open(self.paths.seccomp_filter, os.O_RDONLY | os.O_CLOEXEC)
         started = time.monotonic()  # the jail's start-up counts as the run's time, as its CPU does
         try:
-            command = bwrap_argv(
-                self._backend.bwrap, self.paths, self.uid, argv, status.write_fd, init_status.write_fd
-            )
-            process = await self._spawn(command, preexec, (status.write_fd, init_status.write_fd))
+            fds = JailFds(status.write_fd, init_status.write_fd, seccomp_fd)
+            command = bwrap_argv(self._backend.bwrap, self.paths, self.uid, argv, fds, judge_process)
+            process = await self._spawn(command, preexec, (fds.status, fds.init_status, fds.seccomp))
+            os.close(seccomp_fd)
+            seccomp_fd = -1
             status.close_write()  # bwrap holds the only writers now: reading never waits on us
             init_status.close_write()
             try:
@@ -330,6 +359,8 @@ class BwrapSession:
         finally:
             status.close()
             init_status.close()
+            if seccomp_fd >= 0:
+                os.close(seccomp_fd)
         if wait_status is not None:  # the program ran, and this is how it ended
             return await self._judged_result(result, wait_status, limits)
         if result.timed_out or result.output_exceeded or result.memory_exceeded:
@@ -422,11 +453,12 @@ class BwrapBackend:
 
     name = "bwrap"
 
-    def __init__(self, bwrap: str, uids: UidPool, work_root: Path, init: Path) -> None:
+    def __init__(self, bwrap: str, uids: UidPool, work_root: Path, init: Path, seccomp_filter: Path) -> None:
         self.bwrap = bwrap
         self.uids = uids
         self.work_root = work_root
         self.init = init
+        self.seccomp_filter = seccomp_filter
 
     @classmethod
     async def create(
@@ -449,7 +481,8 @@ class BwrapBackend:
         # uid locks are machine-wide whatever the work root: two pools must never share a uid
         uid_locks = Path(tempfile.gettempdir()) / "sandbox-bwrap-uids"
         init = await asyncio.to_thread(build_jail_init)
-        return cls(bwrap, UidPool(uid_base, num_uids, uid_locks), root, init)
+        seccomp_filter = await asyncio.to_thread(bwrap_filter)
+        return cls(bwrap, UidPool(uid_base, num_uids, uid_locks), root, init, seccomp_filter)
 
     async def open_session(self) -> BwrapSession:
         uid = await self.uids.acquire()

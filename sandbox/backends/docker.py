@@ -70,11 +70,13 @@ class DockerSession:
         self._check_usable()
         await self._jail.request("write", files=files)
 
-    async def run(self, argv: list[str], stdin: bytes, limits: Limits) -> ProcessResult:
+    async def run(
+        self, argv: list[str], stdin: bytes, limits: Limits, judge_process: bool = False
+    ) -> ProcessResult:
         if not argv:
             raise ValueError("argv must name a program to run, got []")
         self._check_usable()
-        result = await self._jail.run(argv, stdin, limits)
+        result = await self._jail.run(argv, stdin, limits, judge_process)
         self._backend.stats.num_runs += 1
         self._backend.stats.num_host_kills += self._jail.dead
         return result

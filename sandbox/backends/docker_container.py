@@ -25,6 +25,7 @@ import requests
 
 from sandbox.backends.base import Limits, ProcessResult, SandboxFailure
 from sandbox.backends.docker_channel import RunnerChannel, RunnerFailure, RunOutput, process_result
+from sandbox.backends.seccomp_filter import docker_profile
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ def container_spec(config: DockerPoolConfig, uid: int, instance_id: str) -> dict
         "network_mode": "none",
         "read_only": True,
         "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges"],
+        "security_opt": ["no-new-privileges", f"seccomp={docker_profile()}"],
         "mem_limit": memory,
         "memswap_limit": memory,  # no swap on top of the memory limit
         "pids_limit": config.pids_limit,
@@ -229,7 +230,7 @@ class PooledContainer:
             self.mark_for_recycle(f"{op} interrupted")  # the channel is mid-message
             raise
 
-    async def run(self, argv: list[str], stdin: bytes, limits: Limits) -> ProcessResult:
+    async def run(self, argv: list[str], stdin: bytes, limits: Limits, judge_process: bool) -> ProcessResult:
         """Run one process; the host kills the container if the runner overruns its deadline."""
         if limits.memory_mb != self.memory_mb:
             await self._set_memory(limits.memory_mb)
@@ -238,7 +239,7 @@ class PooledContainer:
         output = RunOutput()
         try:
             answer = await asyncio.wait_for(
-                self.channel.request("run", _run_fields(argv, stdin, limits), None, output),
+                self.channel.request("run", _run_fields(argv, stdin, limits, judge_process), None, output),
                 timeout=limits.wall_time_s + self.config.wall_clock_grace_s,
             )
         except TimeoutError:
@@ -295,9 +296,10 @@ class PooledContainer:
         return f"; runner stderr: {logs.decode(errors='replace').strip()}" if logs else ""
 
 
-def _run_fields(argv: list[str], stdin: bytes, limits: Limits) -> dict[str, Any]:
+def _run_fields(argv: list[str], stdin: bytes, limits: Limits, judge_process: bool) -> dict[str, Any]:
     return {
         "argv": argv,
+        "judge_process": judge_process,
         "stdin": stdin,
         "limits": {
             "wall_time_s": limits.wall_time_s,

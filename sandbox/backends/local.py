@@ -17,6 +17,7 @@ from sandbox.backends.base import Limits, ProcessResult, SandboxFailure
 from sandbox.backends.bwrap import EXTRA_PROCESSES, rlimit_argv
 from sandbox.backends.process import collect_process
 
+JUDGE_NAMESPACES_ARGV = ("unshare", "--user", "--map-current-user", "--pid", "--")
 WARNING = (
     "\n" + "!" * 78 + "\n"
     "!!  sandbox backend 'unsafe-local': untrusted code runs UNJAILED on this host, as this\n"
@@ -36,9 +37,13 @@ class LocalSession:
                 raise ValueError(f"file name {name!r} must be a plain name inside the work dir")
             (self.work_dir / name).write_bytes(data)
 
-    async def run(self, argv: list[str], stdin: bytes, limits: Limits) -> ProcessResult:
+    async def run(
+        self, argv: list[str], stdin: bytes, limits: Limits, judge_process: bool = False
+    ) -> ProcessResult:
         # Programs address their files as /work/...; here that directory is the session dir.
         argv = [arg.replace("/work/", f"{self.work_dir}/") for arg in argv]
+        if judge_process:  # the program becomes the init of a PID namespace the judge is not in
+            argv = [*JUDGE_NAMESPACES_ARGV, *argv]
         try:
             process = await asyncio.create_subprocess_exec(
                 *rlimit_argv(limits, limits.max_processes + EXTRA_PROCESSES),

@@ -5,7 +5,8 @@ messages (4-byte big-endian length, then UTF-8 JSON; bytes travel base64-encoded
 
     ping                          -> {"ok": true}
     write {files: {path: b64}}    -> {"ok": true}          (into /work, a tmpfs)
-    run {argv, stdin, limits}     -> {"output": 1|2, "data": b64} per chunk of stdout|stderr, as read,
+    run {argv, stdin, limits, judge_process}
+                                  -> {"output": 1|2, "data": b64} per chunk of stdout|stderr, as read,
                                      then {"ok": true, "result": {...ProcessResult fields but output...}}
     reset                         -> {"ok": true, "clean": bool}  (kill everything, empty /work, /tmp,
                                                               remove IPC objects)
@@ -55,6 +56,9 @@ MAX_QUEUE_BYTES = 819200
 READ_CHUNK = 65536
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 PR_SET_DUMPABLE = 4
+# A test's judge process (sandbox/harness.py) runs with the program as the init of a PID namespace
+# the judge is not in: no process of the program can see, signal or ptrace it.
+JUDGE_NAMESPACES_ARGV = ("unshare", "--user", "--map-current-user", "--pid", "--")
 
 
 def read_message(stream):
@@ -179,7 +183,9 @@ def set_child_limits(limits):
         handle.write("1000")
 
 
-def spawn(argv, limits):
+def spawn(argv, limits, judge_process):
+    if judge_process:  # the judge's children (the program) get a user and PID namespace of their own
+        argv = [*JUDGE_NAMESPACES_ARGV, *argv]
     return subprocess.Popen(
         argv,
         cwd=WORK_DIR,
@@ -278,14 +284,14 @@ def kill_all():
         pass
 
 
-def run(argv, stdin, limits, emit):
+def run(argv, stdin, limits, emit, judge_process=False):
     """Run argv with limits; the runner's own wall clock kills everything at the deadline.
     Output goes to `emit(stream, chunk)` as it is read."""
     usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     oom_before = oom_kill_count()
     start = time.monotonic()
     try:
-        process = spawn(argv, limits)
+        process = spawn(argv, limits, judge_process)
     except OSError as error:
         return _exec_failure(argv, error, time.monotonic() - start, emit)
     pump = Pump(process, stdin, limits["max_output_bytes"], emit)
@@ -525,7 +531,8 @@ def handle(request, responses):
         def emit(stream, chunk):
             write_message(responses, {"output": stream, "data": base64.b64encode(chunk).decode()})
 
-        return {"ok": True, "result": run(request["argv"], stdin, request["limits"], emit)}
+        result = run(request["argv"], stdin, request["limits"], emit, request.get("judge_process", False))
+        return {"ok": True, "result": result}
     if operation == "reset":
         return {"ok": True, "clean": reset()}
     return {"ok": False, "error": f"unknown operation {operation!r}"}

@@ -9,6 +9,7 @@ import pytest
 
 from sandbox.backends.base import Limits
 from sandbox.backends.docker import DockerBackend
+from sandbox.backends.seccomp_filter import docker_profile
 
 QUICK = Limits(wall_time_s=3.0, cpu_time_s=2.0, memory_mb=128, max_output_bytes=1000)
 IPC_KEY = 0x5EED
@@ -61,7 +62,7 @@ async def test_docker_reports_the_container_locked_down(session):
     assert host["ReadonlyRootfs"] is True
     assert host["CapDrop"] == ["ALL"]
     assert host["NetworkMode"] == "none"
-    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["SecurityOpt"] == ["no-new-privileges", f"seccomp={docker_profile()}"]
     # The program's 256 MiB (its processes and its tmpfs files together) plus the runner's 32.
     memory = (256 + 32) << 20
     assert (host["Memory"], host["MemorySwap"], host["PidsLimit"]) == (memory, memory, 50)

@@ -125,7 +125,9 @@ class _BrokenBackend:
     async def write_files(self, files: dict[str, bytes]) -> None:
         pass
 
-    async def run(self, argv: list[str], stdin: bytes, limits: Limits) -> ProcessResult:
+    async def run(
+        self, argv: list[str], stdin: bytes, limits: Limits, judge_process: bool = False
+    ) -> ProcessResult:
         raise RuntimeError("container vanished")
 
     async def close(self) -> None:
