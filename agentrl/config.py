@@ -68,6 +68,21 @@ class Config(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _ray_settings_need_the_ray_launcher(self) -> Config:
+        if self.trainer.launcher != "ray":
+            changed = [
+                name
+                for name in RayConfig.model_fields
+                if getattr(self.ray, name) != getattr(RayConfig(), name)
+            ]
+            if changed:
+                raise ValueError(
+                    f"ray.{changed[0]} is set but trainer.launcher={self.trainer.launcher}: Ray settings only "
+                    "apply with trainer.launcher=ray"
+                )
+        return self
+
     def warnings(self) -> list[str]:
         """Settings that are valid but probably not what the user wants."""
         truncation = self.rollout.truncation_warning()

@@ -110,6 +110,8 @@ class MetricsLogger:
         """`enabled=False` (every rank but the first of a multi-process run) records nothing."""
         self.path = run_dir / "metrics.jsonl"
         self.enabled = enabled
+        if enabled:
+            run_dir.mkdir(parents=True, exist_ok=True)
         trainer = config.trainer
         self.console = enabled and "console" in trainer.logger
         self.wandb_run = None

@@ -50,14 +50,9 @@ class PolicyWorkerActor:
 
         if not engine_urls:  # colocated: the engine section builds this worker's own engine
             trainer = build_trainer(config, run_dir)
-        else:
-            # build_trainer attaches a plain client to the first server; the run needs all of them.
-            attached = config.model_copy(
-                update={"engine": EngineConfig(backend="sglang", url=engine_urls[0], api_key=api_key)}
-            )
-            trainer = build_trainer(attached, run_dir)
-            asyncio.run(trainer.parts.engine.close())
-            trainer.parts.engine = balanced_engine(config, run_dir, engine_urls, api_key, rank=rank)
+        else:  # split: one client over every engine server
+            engine = balanced_engine(config, run_dir, engine_urls, api_key, rank=rank)
+            trainer = build_trainer(config, run_dir, engine=engine)
         asyncio.run(trainer.fit())
 
 

@@ -16,6 +16,7 @@ from transformers import AutoTokenizer
 from agentrl.config import Config
 from agentrl.data import generated_rows, load_rows
 from agentrl.engine.factory import build_engine
+from agentrl.engine.protocol import InferenceEngine
 from agentrl.env.registry import make
 from agentrl.rewards.apply import RewardFunctions
 from agentrl.rollout.chat_template import ChatTemplate
@@ -91,8 +92,11 @@ def build_env_factory(config: Config) -> functools.partial:
     return make_env
 
 
-def build_trainer(config: Config, run_dir: Path) -> Trainer:
-    """Load data, env factory, tokenizer, engine, actor and (when KL is on) the reference policy."""
+def build_trainer(config: Config, run_dir: Path, engine: InferenceEngine | None = None) -> Trainer:
+    """Load data, env factory, tokenizer, engine, actor and (when KL is on) the reference policy.
+
+    `engine` replaces the one the engine section would build (a launcher's client of its servers).
+    """
     if config.trainer.num_threads:
         torch.set_num_threads(config.trainer.num_threads)
     if not sys.stderr.isatty():  # progress bars belong on a terminal, not in a log file
@@ -105,7 +109,7 @@ def build_trainer(config: Config, run_dir: Path) -> Trainer:
     model_path = resolve_model_path(config.model.path)
     dtype = DTYPES[config.model.dtype]
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    engine = build_engine(
+    engine = engine or build_engine(
         config.model,
         config.engine,
         model_path=model_path,

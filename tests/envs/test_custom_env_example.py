@@ -4,6 +4,7 @@ from gymnasium.utils.env_checker import check_env
 
 from agentrl.data import generated_rows
 from agentrl.env import make
+from agentrl.testing import check_env_contract
 from examples.custom_env import WordArithmeticEnv, generate
 
 
@@ -39,3 +40,8 @@ def test_the_example_env_is_registered_by_id_and_passes_gymnasiums_env_checker()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_env(env.unwrapped)
+
+
+def test_the_example_env_passes_the_env_contract_kit():
+    env = WordArithmeticEnv()
+    check_env_contract(env, generate(num_rows=3, seed=0, split="train"))

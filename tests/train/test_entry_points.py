@@ -290,3 +290,23 @@ def test_training_against_the_served_engine_over_the_sglang_protocol(tmp_path):
         for t in map(json.loads, (tmp_path / "rollouts" / "step_2.jsonl").read_text().splitlines())
     }
     assert versions == {1}
+
+
+def test_a_dead_sandbox_server_gives_retried_then_excluded_sandbox_errors_and_the_run_finishes(tmp_path):
+    result = train(
+        tmp_path, "env=code_sandbox", "env.kwargs.sandbox_url=http://127.0.0.1:1", "trainer.total_training_steps=2",
+        "trainer.logger=[console]", "trainer.val_before_train=false", "rollout.max_infra_retries=1",
+        "trainer.max_error_steps=5", "data.train_batch_size=2", "actor.ppo_mini_batch_size=2", "rollout.n=2",
+        "data.val_size=2", "rollout.val_kwargs.n=1",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = metrics(tmp_path)
+    assert [step["step"] for step in steps] == [1, 2]
+    for step in steps:
+        assert step["rollout/status/sandbox_error"] == 1.0
+        assert step["rollout/infra_retries"] == 4.0  # each of the 4 episodes ran twice
+        assert step["actor/skipped_update"] == 1.0  # excluded: nothing reached the loss
+    trajectory = json.loads((tmp_path / "rollouts" / "step_1.jsonl").read_text().splitlines()[0])
+    assert trajectory["status"] == "sandbox_error" and trajectory["num_infra_retries"] == 1
+    assert "Cannot connect to host 127.0.0.1:1" in trajectory["error"]
+    assert "100% of episodes failed (mostly sandbox_error)" in result.stderr
