@@ -8,36 +8,11 @@ well-formed, non-empty boxed answer is present.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from agentrl.rewards.answers import extract_boxed_answer
 from envs.math.grader import AnswerGrader, Verdict
 
-_BOXED = re.compile(r"\\boxed\s*\{")
-
-
-def extract_boxed_answer(text: str) -> str | None:
-    """Content of the last `\\boxed{...}`, or None if there is none or it is unclosed or empty."""
-    matches = list(_BOXED.finditer(text))
-    if not matches:
-        return None
-    start = matches[-1].end()
-    depth = 1
-    index = start
-    while index < len(text):
-        character = text[index]
-        if character == "\\" and text[index + 1 : index + 2] in ("{", "}"):
-            index += 2  # an escaped brace (set notation) does not open or close a group
-            continue
-        if character == "{":
-            depth += 1
-        elif character == "}":
-            depth -= 1
-            if depth == 0:
-                content = text[start:index].strip()
-                return content or None
-        index += 1
-    return None  # the last \boxed never closes, e.g. a reply cut off by the token budget
 
 
 @dataclass(frozen=True)
