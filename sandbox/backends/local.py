@@ -17,7 +17,9 @@ from sandbox.backends.base import Limits, ProcessResult, SandboxFailure
 from sandbox.backends.bwrap import EXTRA_PROCESSES, rlimit_argv
 from sandbox.backends.process import collect_process
 
-JUDGE_NAMESPACES_ARGV = ("unshare", "--user", "--map-current-user", "--pid", "--")
+# The judge becomes the init of a user and PID namespace of its own (--fork: `python3` may be a
+# launcher script that forks before it execs the interpreter), which its children cannot signal.
+JUDGE_NAMESPACES_ARGV = ("unshare", "--user", "--map-current-user", "--pid", "--fork", "--kill-child", "--")
 WARNING = (
     "\n" + "!" * 78 + "\n"
     "!!  sandbox backend 'unsafe-local': untrusted code runs UNJAILED on this host, as this\n"
@@ -42,7 +44,7 @@ class LocalSession:
     ) -> ProcessResult:
         # Programs address their files as /work/...; here that directory is the session dir.
         argv = [arg.replace("/work/", f"{self.work_dir}/") for arg in argv]
-        if judge_process:  # the program becomes the init of a PID namespace the judge is not in
+        if judge_process:
             argv = [*JUDGE_NAMESPACES_ARGV, *argv]
         try:
             process = await asyncio.create_subprocess_exec(

@@ -377,9 +377,9 @@ time.sleep(0.2)
 @pytest.mark.parametrize(
     ("code", "verdict"),
     [
-        (
+        (  # the judge is out of the program's reach: it survives the kill and reports the failed assert
             "import os\nos.write(1, b'\\n' + b'0' * 32 + b' {\"status\": \"ok\"}\\n')\nos.kill(os.getppid(), 9)",
-            Verdict.RE,
+            Verdict.WA,
         ),
         (
             "print(open('/work/_harness.py').read()[:0] + '\\n' + 'a' * 32 + ' {\"status\": \"ok\"}')\nraise SystemExit",
@@ -416,7 +416,7 @@ async def test_a_program_that_rewrites_the_harness_cannot_pass_later_tests(execu
 async def test_replacing_judge_files_with_directories_is_not_a_sandbox_error(executor: Executor) -> None:
     code = (
         "import os\n"
-        "for name in ['_harness.py', 'program.py']:\n"
+        "for name in ['_harness.py', '_program.py', '_plain_data.py', '_test.json']:\n"
         "    os.remove(name)\n"
         "    os.makedirs(name + '/deeper')\n"
     )
@@ -449,7 +449,7 @@ async def test_return_values_are_compared_on_the_host(executor: Executor, code: 
 async def test_an_unserialisable_return_value_is_wa_with_a_message(executor: Executor) -> None:
     response = await executor.run(_call_request("def f(x):\n    return object()", 1))
     assert response.verdict == Verdict.WA
-    assert response.tests[0].message.startswith("return value is not JSON-serialisable")
+    assert response.tests[0].message == "return value is not plain data: object: object is not plain data"
 
 
 async def test_printing_only_a_prefix_of_the_expected_output_is_wa(executor: Executor) -> None:

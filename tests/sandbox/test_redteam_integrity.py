@@ -70,11 +70,11 @@ async def _still_serves_every_session(executor: Executor) -> None:
     [
         (
             "def f():\n    value = []\n    for _ in range(980):\n        value = [value]\n    return value",
-            "return value rejected: JSON nested 981 deep, deeper than the 100 the judge compares",
+            "return value is not plain data: list: nested deeper than 100",
         ),
         (
             "def f():\n    value = {}\n    for _ in range(150):\n        value = {'k': value}\n    return value",
-            "return value rejected: JSON nested 151 deep, deeper than the 100 the judge compares",
+            "return value is not plain data: dict: nested deeper than 100",
         ),
     ],
     ids=["list_980_deep", "dict_150_deep"],
