@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System packages the test suite needs, installed with apt-get when missing. Idempotent.
 #   - Debian's chromium and chromedriver, for the run viewer's browser tests;
+#   - gcc and python3-seccomp for the bwrap backend's init and seccomp filter;
 #   - a Docker engine, bubblewrap and the offline-built sandbox image (sandbox/scripts/start_docker.sh).
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,5 +11,13 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
     apt-get -o DPkg::Lock::Timeout=300 update -qq
     DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
         --no-install-recommends chromium chromium-driver >/dev/null
+fi
+# The bwrap backend compiles its jail init with gcc and exports its seccomp filter with
+# libseccomp's binding for the system interpreter (python3-seccomp).
+if ! command -v gcc >/dev/null || ! /usr/bin/python3 -c "import seccomp" 2>/dev/null; then
+    echo "[install_system_packages] installing gcc and python3-seccomp" >&2
+    apt-get -o DPkg::Lock::Timeout=300 update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
+        --no-install-recommends gcc libc6-dev python3-seccomp >/dev/null
 fi
 bash "$REPO_ROOT/sandbox/scripts/start_docker.sh"

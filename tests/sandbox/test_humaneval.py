@@ -17,10 +17,8 @@ from sandbox.types import AssertTest, Language, RunRequest, Verdict
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-PROBLEMS = [
-    json.loads(line)
-    for line in gzip.open(Path(__file__).parent / "data" / "HumanEval.jsonl.gz", "rt", encoding="utf-8")
-]
+with gzip.open(Path(__file__).parent / "data" / "HumanEval.jsonl.gz", "rt", encoding="utf-8") as data:
+    PROBLEMS = [json.loads(line) for line in data]
 
 
 def _request(problem: dict, program: str) -> RunRequest:
