@@ -32,13 +32,13 @@ def parse_tool_calls(text: str) -> list[ToolCall]:
         except json.JSONDecodeError as exc:
             raise ValueError(f"tool call {index} is not valid JSON ({exc}): {match.group(1)!r}") from None
         if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
-            raise ValueError(f'tool call {index} must be an object with a string "name", got {payload!r}')
+            raise ValueError(f'tool call {index} must be an object with a string "name", got {payload!r}')  # noqa: TRY004
         arguments = payload.get("arguments", {})
         if isinstance(arguments, str):
             # Some templates render arguments as a JSON string (OpenAI's wire format).
             arguments = json.loads(arguments)
         if not isinstance(arguments, dict):
-            raise ValueError(f'tool call {index} must have an object as "arguments", got {arguments!r}')
+            raise ValueError(f'tool call {index} must have an object as "arguments", got {arguments!r}')  # noqa: TRY004
         calls.append(ToolCall(payload["name"], arguments))
     return calls
 

@@ -38,7 +38,7 @@ async def run_in_daemon_thread(function: Callable[..., _T], /, *args: Any, **kwa
         result, error = None, None
         try:
             result = call()
-        except BaseException as exc:  # handed to the awaiting task, which decides
+        except BaseException as exc:  # noqa: BLE001  # handed to the awaiting task, which decides
             error = exc
         try:
             loop.call_soon_threadsafe(_settle, future, result, error)

@@ -21,9 +21,8 @@ OBSERVATION_ROLES = ("user", "tool", "system")
 def check_messages(value: Any, where: str) -> list[Message]:
     """`value` if it is a list of {"role", "content": str} dicts with a known role; else ValueError."""
     if not isinstance(value, list):
-        raise ValueError(
-            f"{where} must be a list of {{'role', 'content'}} messages, got {type(value).__name__}"
-        )
+        got = type(value).__name__
+        raise ValueError(f"{where} must be a list of {{'role', 'content'}} messages, got {got}")  # noqa: TRY004
     for position, message in enumerate(value):
         if not isinstance(message, dict):
             raise ValueError(f"{where} message {position} must be a dict, got {type(message).__name__}")  # noqa: TRY004
@@ -34,7 +33,7 @@ def check_messages(value: Any, where: str) -> list[Message]:
             )
         if not isinstance(message.get("content"), str):
             got = type(message.get("content")).__name__
-            raise ValueError(f"{where} message {position} must have a str 'content', got {got}")
+            raise ValueError(f"{where} message {position} must have a str 'content', got {got}")  # noqa: TRY004
     return value
 
 

@@ -67,7 +67,7 @@ async def run_episode_with_retries(
 async def _run_on_fresh_env(make_env: Callable[[], TextEnv], **episode_kwargs: Any) -> Trajectory:
     try:
         env = make_env()
-    except Exception as exc:  # an env that cannot be built is this trajectory's env_error
+    except Exception as exc:  # noqa: BLE001  # an env that cannot be built is this trajectory's env_error
         trajectory = Trajectory(group_id=episode_kwargs["group_id"], prompt_ids=[], status=Status.ENV_ERROR)
         trajectory.error = f"building the env raised {type(exc).__name__}: {exc}"
         return trajectory
@@ -84,6 +84,6 @@ async def _close(env: TextEnv) -> str | None:
     """Close the env; what went wrong, or None. A failing close never crashes a finished episode."""
     try:
         await asyncio.wait_for(env.aclose(), timeout=30)
-    except Exception as exc:  # recorded on the trajectory by the caller
+    except Exception as exc:  # noqa: BLE001  # recorded on the trajectory by the caller
         return f"{type(exc).__name__}: {exc}"
     return None

@@ -103,7 +103,7 @@ class Episode:
             return await self.engine.generate(
                 self.trajectory.prompt_ids + self.trajectory.response_ids, params
             )
-        except Exception as exc:  # any engine failure is this trajectory's engine_error
+        except Exception as exc:  # noqa: BLE001  # any engine failure is this trajectory's engine_error
             self.finish(Status.ENGINE_ERROR, f"engine: {type(exc).__name__}: {exc}")
             return None
 
@@ -201,7 +201,7 @@ class Episode:
             ) from None
         except InfraError as exc:
             raise EpisodeOver(Status.SANDBOX_ERROR, f"env {name}: infrastructure failed: {exc}") from None
-        except Exception as exc:  # whatever the env raises is this trajectory's env_error
+        except Exception as exc:  # noqa: BLE001  # whatever the env raises is this trajectory's env_error
             raise EpisodeOver(Status.ENV_ERROR, f"env {name} raised {type(exc).__name__}: {exc}") from None
         try:
             return check(returned)
@@ -211,7 +211,7 @@ class Episode:
     def _render(self, render):
         try:
             return render()
-        except Exception as exc:  # the env's messages broke the chat template
+        except Exception as exc:  # noqa: BLE001  # the env's messages broke the chat template
             raise EpisodeOver(
                 Status.ENV_ERROR, f"chat template failed on the env's messages: {type(exc).__name__}: {exc}"
             ) from None

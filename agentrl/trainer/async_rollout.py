@@ -56,11 +56,13 @@ class RolloutPrefetcher:
     async def _produce(self, first_step: int, last_step: int) -> None:
         for step in range(first_step, last_step + 1):
             async with self._version_changed:
-                await self._version_changed.wait_for(lambda: self.version >= step - 1 - self.max_staleness)
+                await self._version_changed.wait_for(
+                    lambda step=step: self.version >= step - 1 - self.max_staleness
+                )
             result = self._results[step]
             try:
                 result.set_result(await self.rollout(step))
-            except Exception as exc:  # handed to the training step that waits for this rollout
+            except Exception as exc:  # noqa: BLE001  # handed to the training step that waits for this rollout
                 result.set_exception(exc)
                 return
 

@@ -19,7 +19,8 @@ class TrainerConfig(BaseModel):
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="policy workers' device")
     launcher: Literal["local", "ray"] = Field(
-        "local", description="local: this process (or torchrun's ranks); ray: Ray actors placed by the ray section"
+        "local",
+        description="local: this process (or torchrun's ranks); ray: Ray actors placed by the ray section",
     )
     save_freq: int = Field(10, ge=0, description="checkpoint every N steps (0: only at the end)")
     test_freq: int = Field(0, ge=0, description="evaluate every N steps (0: only at the end)")

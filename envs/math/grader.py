@@ -67,7 +67,9 @@ class AnswerGrader:
 
     def grade(self, answer: str, ground_truth: str) -> Verdict:
         """Whether `answer` is mathematically equivalent to `ground_truth`."""
-        future = self._running_pool().schedule(_verify_in_worker, args=(answer, ground_truth), timeout=self.timeout_s)
+        future = self._running_pool().schedule(
+            _verify_in_worker, args=(answer, ground_truth), timeout=self.timeout_s
+        )
         try:
             return Verdict.CORRECT if future.result() else Verdict.INCORRECT
         except FutureTimeout:  # the pool killed the stuck worker and starts a fresh one

@@ -14,7 +14,6 @@ from agentrl.rewards.answers import extract_boxed_answer
 from envs.math.grader import AnswerGrader, Verdict
 
 
-
 @dataclass(frozen=True)
 class MathScore:
     """The reward of one reply and why."""

@@ -42,7 +42,9 @@ def test_sequence_tis_weights_every_token_of_a_sequence_by_its_product_ratio():
 
 
 def test_token_mis_drops_only_the_far_token_from_the_loss():
-    advantages, mask, metrics = correct(rollout_rs="token", rollout_rs_threshold=2.0, rollout_rs_threshold_lower=0.5)
+    advantages, mask, metrics = correct(
+        rollout_rs="token", rollout_rs_threshold=2.0, rollout_rs_threshold_lower=0.5
+    )
     assert mask.tolist() == [[1.0, 0.0, 1.0], [1.0, 1.0, 1.0]]
     assert metrics["rollout_corr/rs_masked_frac"] == pytest.approx(1 / 6)
     assert torch.equal(advantages, ADVANTAGES)  # masked tokens carry no loss whatever their advantage
@@ -61,5 +63,7 @@ def test_mis_then_tis_weights_only_the_tokens_kept():
 
 
 def test_thresholds_out_of_order_are_rejected():
-    with pytest.raises(ValueError, match="rollout_rs_threshold_lower=3.0 must be below rollout_rs_threshold=2.0"):
+    with pytest.raises(
+        ValueError, match="rollout_rs_threshold_lower=3.0 must be below rollout_rs_threshold=2.0"
+    ):
         RolloutCorrectionConfig(rollout_rs="token", rollout_rs_threshold_lower=3.0)

@@ -13,7 +13,9 @@ def test_presets_and_the_default_policy_work_from_an_installed_package(tmp_path)
     # earlier install could carry modules that no longer exist into the package.
     source, target = tmp_path / "source", tmp_path / "site"
     shutil.copytree(
-        REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "runs", "*.egg-info", "__pycache__")
+        REPO,
+        source,
+        ignore=shutil.ignore_patterns(".git", ".venv", "build", "runs", "*.egg-info", "__pycache__"),
     )
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q", "--target", str(target), str(source)],

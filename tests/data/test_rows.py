@@ -44,7 +44,10 @@ def test_parquet_rows_load_with_nested_prompt_and_reward_model(tmp_path):
             with_changes(prompt="What is 2 + 2?"),
             "rows.jsonl row 1: column 'prompt': Input should be a valid list, got str",
         ),
-        (with_changes(prompt=[]), "rows.jsonl row 1: column 'prompt': List should have at least 1 item.*got an empty list"),
+        (
+            with_changes(prompt=[]),
+            "rows.jsonl row 1: column 'prompt': List should have at least 1 item.*got an empty list",
+        ),
         (
             with_changes(prompt="DROP"),
             "rows.jsonl row 1: column 'prompt' is missing",
