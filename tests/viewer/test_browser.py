@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.viewer.run_dirs import STEP_1, write_jsonl
@@ -14,8 +15,15 @@ def texts(browser, selector: str) -> list[str]:
     return [element.text for element in browser.find_elements(By.CSS_SELECTOR, selector)]
 
 
+def navigate(browser, element) -> None:
+    """Click `element` and wait until the next page has replaced this one."""
+    page = browser.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(browser, 15).until(staleness_of(page))
+
+
 def click_link(browser, text: str) -> None:
-    browser.find_element(By.LINK_TEXT, text).click()
+    navigate(browser, browser.find_element(By.LINK_TEXT, text))
 
 
 def test_clicking_from_the_runs_page_to_a_trajectory_shows_its_turns_tokens_and_advantage(
@@ -36,7 +44,9 @@ def test_clicking_from_the_runs_page_to_a_trajectory_shows_its_turns_tokens_and_
         "0", "1", "2",
     ]  # fmt: skip
     browser.save_screenshot(str(screenshots / "2_run.png"))
-    browser.find_element(By.CSS_SELECTOR, "tr.step-row[data-step='1'] a[data-split='train']").click()
+    navigate(
+        browser, browser.find_element(By.CSS_SELECTOR, "tr.step-row[data-step='1'] a[data-split='train']")
+    )
     assert browser.find_element(By.CSS_SELECTOR, "p.count").text == "4 of 4 trajectories in 2 groups"
     assert texts(browser, "section.group[data-group='7'] td.advantage") == ["+0.7071", "-0.7071"]
     assert texts(browser, "section.group[data-group='9'] td.status") == ["completed", "env_error"]
@@ -81,7 +91,7 @@ def test_colouring_switches_between_loss_mask_logprob_and_advantage(browser, vie
 def test_filters_keep_only_the_asked_status_and_reward_range(browser, viewer):
     browser.get(f"{viewer}/runs/math_run/train/1")
     Select(browser.find_element(By.NAME, "status")).select_by_visible_text("env_error")
-    browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    navigate(browser, browser.find_element(By.CSS_SELECTOR, "form.filters button"))
     assert browser.find_element(By.CSS_SELECTOR, "p.count").text == "1 of 4 trajectories in 1 groups"
     assert [
         r.get_attribute("data-index") for r in browser.find_elements(By.CSS_SELECTOR, "tr.trajectory-row")
@@ -94,7 +104,9 @@ def test_filters_keep_only_the_asked_status_and_reward_range(browser, viewer):
 
 def test_two_trajectories_of_a_group_show_side_by_side(browser, viewer, screenshots):
     browser.get(f"{viewer}/runs/math_run/train/1")
-    browser.find_element(By.CSS_SELECTOR, "section.group[data-group='7'] form.compare button").click()
+    navigate(
+        browser, browser.find_element(By.CSS_SELECTOR, "section.group[data-group='7'] form.compare button")
+    )
     articles = browser.find_elements(By.CSS_SELECTOR, "article.trajectory")
     assert [a.get_attribute("data-index") for a in articles] == ["0", "1"]
     assert texts(browser, "article.trajectory dd.reward") == ["1", "0"]

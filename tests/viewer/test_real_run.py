@@ -9,6 +9,7 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from tests.viewer.conftest import start_viewer
+from tests.viewer.test_browser import navigate
 
 
 @pytest.mark.slow
@@ -24,9 +25,9 @@ def test_the_viewer_shows_a_real_runs_steps_and_a_trajectorys_tokens(tmp_path, b
     try:
         browser.get(f"{url}/runs/math")
         assert len(browser.find_elements(By.CSS_SELECTOR, "svg.plot")) >= 4
-        browser.find_elements(By.CSS_SELECTOR, "a.rollouts-link[data-split='train']")[0].click()
+        navigate(browser, browser.find_elements(By.CSS_SELECTOR, "a.rollouts-link[data-split='train']")[0])
         assert browser.find_element(By.CSS_SELECTOR, "p.count").text == "16 of 16 trajectories in 4 groups"
-        browser.find_elements(By.CSS_SELECTOR, "tr.trajectory-row a")[0].click()
+        navigate(browser, browser.find_elements(By.CSS_SELECTOR, "tr.trajectory-row a")[0])
         sampled = "".join(t.text for t in browser.find_elements(By.CSS_SELECTOR, ".tokens .tok.sampled"))
         assert sampled.endswith("<|im_end|>")
         browser.save_screenshot(str(screenshots / "real_run_trajectory.png"))
