@@ -156,8 +156,11 @@ class TransformersEngine:
                                  dtype=next(model.parameters()).dtype, device=self.device)  # fmt: skip
         self.prefix_cache = None
         if prefix_cache_bytes:
+            # The pool is allocated up front, and committed memory counts even untouched: never
+            # reserve more than four full batches of context could fill (small models on CPU).
+            useful_bytes = 4 * max_batch_size * self.max_context_len * self.slots.bytes_per_token
             self.prefix_cache = PrefixCache(
-                self.slots, block_size=prefix_block_size, budget_bytes=prefix_cache_bytes
+                self.slots, block_size=prefix_block_size, budget_bytes=min(prefix_cache_bytes, useful_bytes)
             )
         self.decode_graphs = None
         if cuda_graphs and self.device.type == "cuda":
