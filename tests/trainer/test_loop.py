@@ -18,7 +18,7 @@ from agentrl.rewards.apply import RewardFunctions
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.rollout.trajectory import Status
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
-from agentrl.trainer.components import build_trainer, resolve_device
+from agentrl.trainer.components import build_trainer
 from agentrl.trainer.data_order import StepSampler
 from agentrl.trainer.health import RunStopped
 from agentrl.trainer.loop import Trainer, TrainerParts
@@ -225,10 +225,6 @@ def test_zero_steps_without_evaluation_finishes_and_saves_the_policy(tmp_path):
     )
     assert asyncio.run(trainer.fit()) == {}
     assert (tmp_path / "hf_model" / "config.json").is_file()
-
-
-def test_devices_resolve_to_the_cpu_without_cuda():
-    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 @pytest.mark.parametrize(
