@@ -9,7 +9,9 @@ and a sampled response). Measured in the same run, on the same model and batch:
 - chunked: the language-model head applied to the response positions only, in chunks,
   sequences packed into one row with per-sequence causal attention;
 - chunked + checkpointing: the same with activation checkpointing, at the presets'
-  micro-batch size.
+  micro-batch size;
+- compiled: each of the two above with `actor.use_torch_compile` (the decoder layers' MLP and
+  RMSNorms compiled; the compile itself happens in the untimed warm-up update).
 
 Printed per variant: tokens/s of `update()` (every token of every sequence, prompt included),
 MFU, peak GPU memory and the ratio to the previous path. MFU counts model FLOPs only (no
@@ -95,6 +97,7 @@ class Variant:
     micro_batch_size: int
     chunked: bool
     gradient_checkpointing: bool
+    compiled: bool = False  # actor.use_torch_compile
 
 
 @dataclass
@@ -181,6 +184,7 @@ def run_variant(
         ppo_micro_batch_size_per_gpu=variant.micro_batch_size,
         sequence_packing=variant.chunked,
         gradient_checkpointing=variant.gradient_checkpointing,
+        use_torch_compile=variant.compiled,
         optim={"lr": 1e-6},
     )
     worker_class = PolicyWorker if variant.chunked else PreviousPolicyWorker
@@ -213,6 +217,8 @@ def benchmark_shape(args: argparse.Namespace, shape: str, device: torch.device, 
         Variant("previous: full logits, padded", PREVIOUS_MICRO_BATCH[shape], False, False),
         Variant("chunked head, packed", CHUNKED_MICRO_BATCH[shape], True, False),
         Variant("chunked head, packed, checkpointing", args.micro_batch, True, True),
+        Variant("chunked head, packed, compiled", CHUNKED_MICRO_BATCH[shape], True, False, True),
+        Variant("chunked head, packed, checkpointing, compiled", args.micro_batch, True, True, True),
     ]
     with tempfile.TemporaryDirectory() as directory:
         config = write_random_model(shape, Path(directory), device, args.sequence_length)
@@ -225,19 +231,19 @@ def benchmark_shape(args: argparse.Namespace, shape: str, device: torch.device, 
         f"{args.dtype}, {flops_per_token / 1e9:.2f} GFLOP per token"
     )
     print(
-        f"{'variant':40} {'micro':>5} {'tokens/s':>10} {'MFU':>6} {'of matmul':>9} {'peak GiB':>8} {'vs previous':>11}"
+        f"{'variant':47} {'micro':>5} {'tokens/s':>10} {'MFU':>6} {'of matmul':>9} {'peak GiB':>8} {'vs previous':>11}"
     )
     previous = results[0].tokens_per_s
     for result in results:
         variant = result.variant
         if result.tokens_per_s is None:
-            print(f"{variant.name:40} {variant.micro_batch_size:>5} {'out of memory':>10}")
+            print(f"{variant.name:47} {variant.micro_batch_size:>5} {'out of memory':>10}")
             continue
         achieved = result.tokens_per_s * flops_per_token / 1e12  # TFLOP/s
         ratio = f"{result.tokens_per_s / previous:.2f}x" if previous else "-"
         peak = f"{result.peak_gib:.1f}" if result.peak_gib is not None else "-"
         print(
-            f"{variant.name:40} {variant.micro_batch_size:>5} {result.tokens_per_s:>10,.0f} "
+            f"{variant.name:47} {variant.micro_batch_size:>5} {result.tokens_per_s:>10,.0f} "
             f"{achieved / args.peak_tflops:>6.1%} {achieved / matmul_tflops:>9.1%} {peak:>8} {ratio:>11}"
         )
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from dataclasses import dataclass, field
-
-import torch
 
 from agentrl.engine.protocol import FinishReason, Generation, SamplingParams
 
@@ -19,7 +18,7 @@ class Request:
     sampling: SamplingParams
     max_new_tokens: int  # sampling.max_new_tokens, lowered to fit the model's context
     stop_ids: frozenset[int]  # EOS ids and sampling.stop_token_ids
-    generator: torch.Generator  # CPU; one uniform per sampled token
+    generator: random.Random  # seeded per request; one uniform per sampled token
     future: asyncio.Future  # lives on the caller's event loop
     completion_ids: list[int] = field(default_factory=list)  # [num_completion_tokens]
     logprobs: list[float] = field(default_factory=list)  # [num_completion_tokens]

@@ -5,8 +5,10 @@ The engine installs one attention function into a transformers model. Called wit
 share a key/value head into the query-length dimension, `[rows, kv_heads, group * new, dim]`,
 so one SDPA call reads every key and value once, with no `repeat_kv` copy. (For decode, two
 batched matrix products with a float32 softmax between them were slower on an H100: 97 us a
-layer against SDPA's 58 at 160 rows x 512 keys of the 0.5B shape.) Any other call (a user's
-forward on the same model) goes to transformers' SDPA attention unchanged.
+layer against SDPA's 58 at 160 rows x 512 keys of the 0.5B shape.) On CUDA, a pass of one new
+token per row (every decode step) goes instead to a split-key Triton kernel that reads each
+row's keys only up to its own length (`decode_attention`). Any other call (a user's forward on
+the same model) goes to transformers' SDPA attention unchanged.
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ def slot_attention_forward(
     if slot_forward is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
     assert attention_mask is not None and attention_mask.dtype == torch.bool
+    if query.is_cuda and query.shape[2] == 1 and slot_forward.write_index is None:
+        from agentrl.engine.decode_attention import decode_attention  # Triton: CUDA machines only
+
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        return decode_attention(query, key, value, slot_forward.write_positions + 1, scale), None
     return grouped_query_attention(query, key, value, attention_mask, scaling), None
 
 

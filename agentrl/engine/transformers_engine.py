@@ -26,6 +26,7 @@ import collections
 import enum
 import itertools
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -207,7 +208,7 @@ class TransformersEngine:
                 sampling=sampling,
                 max_new_tokens=budget,
                 stop_ids=self.eos_ids | frozenset(sampling.stop_token_ids),
-                generator=torch.Generator().manual_seed(seed),
+                generator=random.Random(seed),
                 future=loop.create_future(),
             )
             self._inbox.put(request)
@@ -346,8 +347,9 @@ class TransformersEngine:
         self._grow_slots(max(len(r.prompt_ids) for r in requests))
         cached_lengths = [self._reuse_prefix(r, first_slot + i) for i, r in enumerate(requests)]
         inputs = prefill_inputs([r.prompt_ids for r in requests], cached_lengths, first_slot).to(self.device)
+        sampling = self._row_sampling(requests)
         logits = self._forward(inputs, first_slot)
-        self._sample(logits, requests)
+        self._sample(logits, requests, sampling)
         for slot, request in enumerate(requests, start=first_slot):
             request.cache_length = len(request.prompt_ids)
             if self.prefix_cache is not None:
@@ -370,11 +372,12 @@ class TransformersEngine:
         input_ids = [r.completion_ids[-1] for r in self._rows]
         positions = [r.cache_length for r in self._rows]
         self._grow_slots(max(positions) + 1)
+        sampling = self._row_sampling(self._rows)  # staged while the device is idle
         if self.decode_graphs is not None:
             logits = self.decode_graphs.run(input_ids, positions, self.slots.capacity)
         else:
             logits = self._forward(decode_inputs(input_ids, positions).to(self.device), first_slot=0)
-        self._sample(logits, self._rows)
+        self._sample(logits, self._rows, sampling)
         for request in self._rows:
             request.cache_length += 1
         self._decodes_since_prefill += 1
@@ -409,9 +412,11 @@ class TransformersEngine:
             )  # fmt: skip
         return output.logits[:, -1, :]
 
-    def _sample(self, logits: torch.Tensor, requests: list[Request]) -> None:
-        rows = RowSampling.build([r.sampling for r in requests], [r.generator for r in requests], self.device)
-        token_ids, logprobs = sample_next_tokens(logits, rows)
+    def _row_sampling(self, requests: list[Request]) -> RowSampling:
+        return RowSampling.build([r.sampling for r in requests], [r.generator for r in requests], self.device)
+
+    def _sample(self, logits: torch.Tensor, requests: list[Request], sampling: RowSampling) -> None:
+        token_ids, logprobs = sample_next_tokens(logits, sampling)
         for request, token_id, logprob in zip(requests, token_ids.tolist(), logprobs.tolist(), strict=True):
             request.append(token_id, logprob)
         self.stats.num_generated_tokens += len(requests)

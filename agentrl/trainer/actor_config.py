@@ -64,6 +64,10 @@ class ActorConfig(BaseModel):
         False,
         description="Recompute each decoder layer's activations in backward instead of storing them (less memory, ~1/3 more compute).",
     )
+    use_torch_compile: bool = Field(
+        False,
+        description="Compile each decoder layer's MLP and RMSNorms with torch.compile (fused elementwise work; first step compiles).",
+    )
     logprob_chunk_size: int = Field(
         2048,
         ge=1,

@@ -92,6 +92,8 @@ class PolicyWorker:
         layer_classes = set(getattr(model, "_no_split_modules", None) or ())
         for module in model.modules():
             if type(module).__name__ in layer_classes:
+                if self.actor.use_torch_compile:
+                    compile_elementwise_parts(module)
                 if self.actor.gradient_checkpointing:
                     # Checkpoint the layer's forward, not its __call__: FSDP's hooks stay outside, so
                     # the layer's weights are gathered again for the recompute in backward.
@@ -254,3 +256,19 @@ class PolicyWorker:
                 for source in self.model_path.glob(pattern):
                     shutil.copy2(source, path / source.name)
         barrier()
+
+
+def compile_elementwise_parts(layer: torch.nn.Module) -> None:
+    """Compile the layer's MLP and RMSNorms: eager, each is a chain of full passes over its activations.
+
+    Attention stays eager (its kernel is already fused, and packed attention loops over
+    documents). Token counts change from batch to batch, so shapes are compiled as dynamic.
+    """
+    parts = [getattr(layer, name, None) for name in ("mlp", "input_layernorm", "post_attention_layernorm")]
+    if any(part is None for part in parts):
+        raise ValueError(
+            f"actor.use_torch_compile expects decoder layers with mlp, input_layernorm and "
+            f"post_attention_layernorm; {type(layer).__name__} lacks one: set actor.use_torch_compile=false"
+        )
+    for part in parts:
+        part.forward = torch.compile(part.forward, dynamic=True)

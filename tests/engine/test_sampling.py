@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 import torch
@@ -60,6 +61,16 @@ def test_inverse_cdf_picks_the_token_whose_cumulative_weight_passes_the_draw(uni
     assert token.tolist() == [expected]
 
 
+def test_the_two_level_cdf_picks_what_one_full_scan_picks_across_block_edges():
+    generator = torch.Generator().manual_seed(0)
+    weights = torch.rand((64, 37), generator=generator) * (torch.rand((64, 37), generator=generator) > 0.3)
+    uniforms = torch.rand(64, generator=generator, dtype=torch.float64)
+    cdf = weights.double().cumsum(dim=-1)
+    full_scan = torch.searchsorted(cdf, uniforms[:, None] * cdf[:, -1:], right=True).squeeze(-1)
+    for block_size in (1, 4, 5, 37, 64):  # 37 tokens: padded to a whole number of blocks, or one block
+        assert inverse_cdf_sample(weights, uniforms, block_size=block_size).tolist() == full_scan.tolist()
+
+
 @pytest.mark.parametrize(("uniform", "expected"), [(0.0, 1), (0.5, 3), (0.999, 3)])
 def test_inverse_cdf_never_picks_a_token_of_zero_weight(uniform, expected):
     weights = torch.tensor([[0.0, 0.5, 0.0, 0.5]])
@@ -104,16 +115,16 @@ def test_logprob_uses_the_temperature_scaled_distribution():
 
 
 def test_a_greedy_row_draws_nothing_from_its_generator():
-    used, fresh = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    used, fresh = random.Random(7), random.Random(7)
     RowSampling.build([SamplingParams(max_new_tokens=1, temperature=0.0)], [used], torch.device("cpu"))
-    assert torch.rand((), generator=used).item() == torch.rand((), generator=fresh).item()
+    assert used.random() == fresh.random()
 
 
 def test_a_sampled_row_draws_its_uniform_from_its_own_seeded_generator():
-    expected = torch.rand((), generator=torch.Generator().manual_seed(7), dtype=torch.float64).item()
+    expected = random.Random(7).random()
     built = RowSampling.build(
         [SamplingParams(max_new_tokens=1), SamplingParams(max_new_tokens=1, temperature=0.0)],
-        [torch.Generator().manual_seed(7), torch.Generator().manual_seed(8)],
+        [random.Random(7), random.Random(8)],
         torch.device("cpu"),
     )
     assert built.uniforms.tolist() == [expected, 0.0]

@@ -193,6 +193,18 @@ def test_packing_checkpointing_and_chunk_size_give_the_loss_and_gradients_of_the
         assert_close(tensor, padded_state[name], atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.slow
+def test_compiled_layers_give_the_loss_and_gradients_of_eager_ones(tiny_model_dir):
+    eager_metrics, eager_state = updated(tiny_model_dir, gradient_checkpointing=True)
+    graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    metrics, state = updated(tiny_model_dir, gradient_checkpointing=True, use_torch_compile=True)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > graphs_before  # it did compile
+    for name in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
+        assert metrics[name] == pytest.approx(eager_metrics[name], rel=1e-5, abs=1e-7)
+    for name, tensor in state.items():  # fused kernels round differently: 1e-5 after one step
+        assert_close(tensor, eager_state[name], atol=1e-5, rtol=1e-4)
+
+
 def test_gradient_checkpointing_recomputes_each_layer_in_backward(tiny_model_dir):
     calls = {}
     for checkpointing in (False, True):

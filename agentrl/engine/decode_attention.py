@@ -1,0 +1,99 @@
+"""Inference stage, decode attention on CUDA: one query token per row, split over the keys.
+
+At decode each row has one query token per head and a key length of its own. Generic attention
+kernels parallelise over query tiles, of which a decode step has one per (row, key/value head),
+so a few hundred thread blocks each walk hundreds of keys while the rest of the GPU idles; they
+also read every key up to the step's longest row, masked. Here (flash-decoding) each program
+takes one (row, key/value head, split of `SPLIT` keys), reads only keys below that row's own
+length, and computes the queries of every head in the group at once (grouped heads are never
+expanded). A second pass merges the splits' partial results by their log-sum-exp.
+
+Triton is imported only here, and this module only on CUDA.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+SPLIT = 128  # keys per program
+BLOCK_KEYS = 64  # keys per inner iteration
+
+
+@triton.jit
+def _split_attention(
+    query, keys, values, lengths, partial_out, partial_lse, scale,
+    q_row, q_head, k_row, k_head, k_pos, v_row, v_head, v_pos, o_row, o_head, o_split, l_row, l_head,
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr,
+    SPLIT_KEYS: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    row, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    length = tl.load(lengths + row)
+    start = split * SPLIT_KEYS
+    end = tl.minimum(start + SPLIT_KEYS, length)
+    group = tl.arange(0, GROUP_PAD)
+    dims = tl.arange(0, HEAD_PAD)  # tl.dot needs 16 or more along each side: pad small heads
+    heads = kv_head * GROUP + group
+    in_group = group < GROUP
+    q_mask = in_group[:, None] & (dims < HEAD_DIM)[None, :]
+    q = tl.load(query + row * q_row + heads[:, None] * q_head + dims[None, :], mask=q_mask, other=0.0)
+    best = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    total = tl.zeros([GROUP_PAD], tl.float32)
+    acc = tl.zeros([GROUP_PAD, HEAD_PAD], tl.float32)
+    for first in range(start, end, BLOCK):  # no iteration at all for a split past the row's length
+        positions = first + tl.arange(0, BLOCK)
+        valid = positions < end
+        kv_mask = valid[:, None] & (dims < HEAD_DIM)[None, :]
+        k = tl.load(keys + row * k_row + kv_head * k_head + positions[:, None] * k_pos + dims[None, :],
+                    mask=kv_mask, other=0.0)  # fmt: skip
+        scores = (tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale).to(tl.float32)  # [GROUP_PAD, BLOCK]
+        scores = tl.where(valid[None, :], scores, float("-inf"))
+        new_best = tl.maximum(best, tl.max(scores, 1))
+        rescale = tl.exp(best - new_best)
+        weights = tl.exp(scores - new_best[:, None])
+        total = total * rescale + tl.sum(weights, 1)
+        v = tl.load(values + row * v_row + kv_head * v_head + positions[:, None] * v_pos + dims[None, :],
+                    mask=kv_mask, other=0.0)  # fmt: skip
+        acc = acc * rescale[:, None] + tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
+        best = new_best
+    # An empty split leaves total 0: its log-sum-exp is -inf and it weighs nothing in the merge.
+    out = acc / tl.maximum(total, 1e-30)[:, None]
+    lse = best + tl.log(total)
+    out_ptrs = partial_out + row * o_row + heads[:, None] * o_head + split * o_split + dims[None, :]
+    tl.store(out_ptrs, out, mask=q_mask)
+    lse_ptrs = partial_lse + row * l_row + heads * l_head + split
+    tl.store(lse_ptrs, lse, mask=in_group)
+
+
+def decode_attention(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Attention of one query token per row over that row's first `lengths[row]` keys.
+
+    `query` [rows, heads, 1, dim]; `keys`/`values` [rows, kv_heads, capacity, dim] (strided views
+    of the slot storage are fine); `lengths` [rows], each >= 1. Query head h reads key/value head
+    h // (heads // kv_heads). Returns [rows, 1, heads, dim] in the query's dtype.
+    """
+    query = query.contiguous()  # [rows, heads, 1, dim] with unit stride along dim
+    num_rows, num_heads, _, head_dim = query.shape
+    num_kv_heads, capacity = keys.shape[1], keys.shape[2]
+    group = num_heads // num_kv_heads
+    num_splits = triton.cdiv(capacity, SPLIT)
+    partial_out = torch.empty(
+        (num_rows, num_heads, num_splits, head_dim), dtype=torch.float32, device=query.device
+    )
+    partial_lse = torch.empty((num_rows, num_heads, num_splits), dtype=torch.float32, device=query.device)
+    _split_attention[(num_rows, num_kv_heads, num_splits)](
+        query, keys, values, lengths, partial_out, partial_lse, scale,
+        query.stride(0), query.stride(1), keys.stride(0), keys.stride(1), keys.stride(2),
+        values.stride(0), values.stride(1), values.stride(2),
+        partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
+        partial_lse.stride(0), partial_lse.stride(1),
+        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
+        HEAD_DIM=head_dim, HEAD_PAD=max(16, triton.next_power_of_2(head_dim)), SPLIT_KEYS=SPLIT, BLOCK=BLOCK_KEYS,
+        PRECISION="ieee" if query.dtype == torch.float32 else "tf32",  # float32 stays exact; bf16 ignores it
+    )  # fmt: skip
+    split_weights = torch.softmax(partial_lse, dim=-1)  # [rows, heads, splits]
+    out = (split_weights[..., None] * partial_out).sum(dim=2)  # [rows, heads, dim]
+    return out.to(query.dtype)[:, None]
