@@ -19,7 +19,7 @@ class ModelConfig(BaseModel):
 # Knobs that only one backend reads; setting one for the other backend is an error, not a no-op.
 _BUILT_IN_ONLY = (
     "device", "max_batch_size", "max_prefill_tokens", "prefix_cache_bytes", "prefix_block_size", "cuda_graphs",
-    "prefill_interval",
+    "prefill_interval", "torch_compile",
 )  # fmt: skip
 _SGLANG_ONLY = (
     "url", "launch", "launch_port", "launch_args", "startup_timeout_s", "request_timeout_s",
@@ -62,6 +62,10 @@ class EngineConfig(BaseModel):
     )
     prefill_interval: int = Field(
         1, gt=0, description="built-in engine: decode steps between prefills (8 batches multi-turn prefills)"
+    )
+    torch_compile: bool = Field(
+        False,
+        description="built-in engine: compile decoder layers' MLP and RMSNorms (fused kernels; compiles at start)",
     )
     url: str | None = Field(
         None, description="sglang: base URL of a running server, e.g. http://127.0.0.1:30000"

@@ -31,6 +31,7 @@ def build_engine(
             prefix_block_size=engine.prefix_block_size,
             cuda_graphs=engine.cuda_graphs,
             prefill_interval=engine.prefill_interval,
+            torch_compile=engine.torch_compile,
             seed=seed,
         )
     from agentrl.engine.sglang_client import SGLangEngine

@@ -36,6 +36,7 @@ from typing import Any, Self
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from agentrl.compiled_layers import compile_decoder_layers
 from agentrl.engine.decode_graphs import DecodeGraphs
 from agentrl.engine.model_setup import (
     attention_backends,
@@ -104,7 +105,8 @@ class TransformersEngine:
     `prefix_block_size`: tokens per cached block, the granularity of prefix reuse;
     `cuda_graphs`: replay captured decode steps on CUDA (ignored on CPU, where none exist);
     `prefill_interval`: while rows decode, admit new requests only every this many decode steps,
-    so that requests arriving one by one (turns ending) share fewer, larger prefill passes.
+    so that requests arriving one by one (turns ending) share fewer, larger prefill passes;
+    `torch_compile`: compile each decoder layer's MLP and RMSNorms (`agentrl.compiled_layers`).
     The engine routes the model's attention through its own function (`slot_attention`);
     other forward calls on the model still compute plain SDPA attention.
     """
@@ -126,6 +128,7 @@ class TransformersEngine:
         prefix_block_size: int = 16,
         cuda_graphs: bool = True,
         prefill_interval: int = 1,
+        torch_compile: bool = False,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
@@ -141,6 +144,8 @@ class TransformersEngine:
         self.device = torch.device(device)
         self.model = model.to(device=self.device, dtype=resolve_dtype(dtype)).eval()
         install_slot_attention(self.model)
+        if torch_compile:
+            compile_decoder_layers(self.model)
         self.eos_ids = eos_ids(model, tokenizer_or_eos_ids)
         self.vocab_size = model.get_input_embeddings().num_embeddings
         self.max_context_len = max_context_len or model.config.max_position_embeddings

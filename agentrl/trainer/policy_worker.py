@@ -20,6 +20,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 from transformers import AutoModelForCausalLM
 
+from agentrl.compiled_layers import compile_elementwise_parts
 from agentrl.trainer.actor_config import ActorConfig
 from agentrl.trainer.batch import TrainBatch
 from agentrl.trainer.distributed import all_gather_rows, all_reduce_sum, barrier, init_distributed
@@ -256,19 +257,3 @@ class PolicyWorker:
                 for source in self.model_path.glob(pattern):
                     shutil.copy2(source, path / source.name)
         barrier()
-
-
-def compile_elementwise_parts(layer: torch.nn.Module) -> None:
-    """Compile the layer's MLP and RMSNorms: eager, each is a chain of full passes over its activations.
-
-    Attention stays eager (its kernel is already fused, and packed attention loops over
-    documents). Token counts change from batch to batch, so shapes are compiled as dynamic.
-    """
-    parts = [getattr(layer, name, None) for name in ("mlp", "input_layernorm", "post_attention_layernorm")]
-    if any(part is None for part in parts):
-        raise ValueError(
-            f"actor.use_torch_compile expects decoder layers with mlp, input_layernorm and "
-            f"post_attention_layernorm; {type(layer).__name__} lacks one: set actor.use_torch_compile=false"
-        )
-    for part in parts:
-        part.forward = torch.compile(part.forward, dynamic=True)

@@ -1,0 +1,40 @@
+"""Model side, shared by trainer and engine: compile the elementwise parts of decoder layers.
+
+Eager, a decoder layer's RMSNorm is a chain of seven full passes over its activations and the
+MLP's activation two more; compiled, each becomes one fused kernel. Attention and the
+projections stay as they are (their kernels are already fused, and attention goes through the
+caller's own function), so the compiled graphs are small, compile in seconds and never break
+on the caller's attention.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+
+def compile_elementwise_parts(layer: torch.nn.Module) -> None:
+    """Compile the layer's MLP and RMSNorms: eager, each is a chain of full passes over its activations.
+
+    Attention stays eager (its kernel is already fused, and packed attention loops over
+    documents). Token counts change from batch to batch, so shapes are compiled as dynamic.
+    """
+    parts = [getattr(layer, name, None) for name in ("mlp", "input_layernorm", "post_attention_layernorm")]
+    if any(part is None for part in parts):
+        raise ValueError(
+            f"compiling expects decoder layers with mlp, input_layernorm and post_attention_layernorm; "
+            f"{type(layer).__name__} lacks one: set actor.use_torch_compile / engine.torch_compile to false"
+        )
+    for part in parts:
+        if not hasattr(part.forward, "_torchdynamo_orig_callable"):  # compiled once per module
+            part.forward = torch.compile(part.forward, dynamic=True)
+
+
+def compile_decoder_layers(model: PreTrainedModel) -> None:
+    """`compile_elementwise_parts` on every decoder layer of `model` (its `_no_split_modules`)."""
+    layer_classes = set(getattr(model, "_no_split_modules", None) or ())
+    layers = [module for module in model.modules() if type(module).__name__ in layer_classes]
+    if not layers:
+        raise ValueError(f"{type(model).__name__} names no decoder layer class in _no_split_modules")
+    for layer in layers:
+        compile_elementwise_parts(layer)
