@@ -10,8 +10,8 @@ Keys and values live in preallocated per-row slots (`slot_cache`), read in place
 that keeps grouped key/value heads unexpanded (`slot_attention`). A prefix cache
 (`prefix_cache`) copies the keys/values of a prompt's already-seen start into the slot, so only
 the rest is prefilled: a group's members share their prompt's prefill and a later turn reuses
-the earlier turns'. A request whose prompt shares a block with one admitted in the same
-iteration waits one iteration for that block to be cached. On CUDA, decode steps replay
+the earlier turns'. A request whose prompt shares a block with one admitted in the same pass
+is prefilled in the iteration's next pass, once that block is cached. On CUDA, decode steps replay
 captured graphs (`decode_graphs`).
 
 Weight updates are fenced by submission order: `update_weights` waits until every request
@@ -295,19 +295,24 @@ class TransformersEngine:
             self._apply_update(self._waiting.popleft())
             return
         due = not self._rows or self._decodes_since_prefill >= self.prefill_interval
-        admitted = self._admit() if due else []
-        if admitted:
-            self._prefill(admitted)
+        budget = self.max_prefill_tokens if due else 0
+        first_pass = True
+        while budget > 0 and (admitted := self._admit(budget, first_pass)):
+            budget -= self._prefill(admitted)
+            first_pass = False
         if self._rows:
             self._decode()
 
-    def _admit(self) -> list[Request]:
-        """Take waiting requests in order, up to free rows and the prefill token budget.
+    def _admit(self, budget: int, first_pass: bool) -> list[Request]:
+        """Take waiting requests in order, up to free rows and `budget` prefill tokens.
 
-        Admission stops at a request whose next uncached prompt block an already admitted
-        request is about to compute: one iteration later that block is cached and reused.
+        A request whose next uncached prompt block an already admitted request is about to
+        compute is passed over: the iteration's next prefill pass, right after this one, finds
+        that block cached and admits it (a group's members prefill their shared prompt once).
+        The first pass of an iteration always admits its first request, however long.
         """
         admitted: list[Request] = []
+        passed_over: list[Request] = []
         width = 0
         pending_blocks: set[int] = set()
         while self._waiting and isinstance(self._waiting[0], Request):
@@ -316,17 +321,17 @@ class TransformersEngine:
             prompt = self._waiting[0].prompt_ids
             cached = self.prefix_cache.peek(prompt) if self.prefix_cache else 0
             blocks = self._block_hashes(prompt)
-            if (
-                len(blocks) > cached // self._block_size
-                and blocks[cached // self._block_size] in pending_blocks
-            ):
-                break
+            next_block = cached // self._block_size
+            if len(blocks) > next_block and blocks[next_block] in pending_blocks:
+                passed_over.append(self._waiting.popleft())
+                continue
             new_width = max(width, len(prompt) - min(cached, len(prompt) - 1))
-            if admitted and new_width * (len(admitted) + 1) > self.max_prefill_tokens:
+            if (admitted or not first_pass) and new_width * (len(admitted) + 1) > budget:
                 break
             admitted.append(self._waiting.popleft())
-            pending_blocks.update(blocks[cached // self._block_size :])
+            pending_blocks.update(blocks[next_block:])
             width = new_width
+        self._waiting.extendleft(reversed(passed_over))  # back in submission order
         return admitted
 
     @property
@@ -343,7 +348,8 @@ class TransformersEngine:
             hashes.append(previous)
         return hashes
 
-    def _prefill(self, requests: list[Request]) -> None:
+    def _prefill(self, requests: list[Request]) -> int:
+        """One prefill pass over `requests`; returns the tokens it computed, padding included."""
         self._decodes_since_prefill = 0
         first_slot = len(self._rows)
         for request in requests:
@@ -363,6 +369,7 @@ class TransformersEngine:
         self.stats.num_prefix_cached_tokens += sum(cached_lengths)
         self._record(StepKind.PREFILL, requests, num_tokens=inputs.input_ids.numel())
         self._retire_rows()
+        return inputs.input_ids.numel()
 
     def _reuse_prefix(self, request: Request, slot: int) -> int:
         """Copy the cached start of the prompt into `slot`; returns how many positions it covers."""

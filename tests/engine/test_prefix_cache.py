@@ -82,8 +82,10 @@ async def test_a_group_prefills_its_shared_prompt_once_and_samples_what_cold_pre
         misses = await asyncio.gather(*[cold.generate(PROMPT, params) for params in GROUP])
     assert_same_generations(hits, misses)
     prefills = [(r.request_ids, r.num_tokens) for r in records if r.kind is StepKind.PREFILL]
-    # The first member prefills all 10 tokens; the others wait one step and feed only the last 2.
+    # The first member prefills all 10 tokens; the others follow in the same iteration's next pass
+    # and feed only the last 2.
     assert prefills == [((0,), 10), ((1, 2, 3), 3 * 2)]
+    assert [r.kind for r in records[:3]] == [StepKind.PREFILL, StepKind.PREFILL, StepKind.DECODE]
     assert (cached.stats.num_prompt_tokens, cached.stats.num_prefix_cached_tokens) == (40, 24)
 
 
