@@ -2,6 +2,7 @@
 # System packages the test suite needs, installed with apt-get when missing. Idempotent.
 #   - Debian's chromium and chromedriver, for the run viewer's browser tests;
 #   - gcc and python3-seccomp for the bwrap backend's init and seccomp filter;
+#   - g++ for torch.compile's CPU code generation (the compiled-layer tests);
 #   - a Docker engine, bubblewrap and the offline-built sandbox image (sandbox/scripts/start_docker.sh).
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,5 +20,10 @@ if ! command -v gcc >/dev/null || ! /usr/bin/python3 -c "import seccomp" 2>/dev/
     apt-get -o DPkg::Lock::Timeout=300 update -qq
     DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
         --no-install-recommends gcc libc6-dev python3-seccomp >/dev/null
+fi
+if ! command -v g++ >/dev/null; then
+    echo "[install_system_packages] installing g++" >&2
+    apt-get -o DPkg::Lock::Timeout=300 update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends g++ >/dev/null
 fi
 bash "$REPO_ROOT/sandbox/scripts/start_docker.sh"
