@@ -20,5 +20,7 @@ def test_trainer_benchmark_runs_every_variant_on_cpu_and_prints_ratios_to_the_pr
         "previous: full logits, padded",
         "chunked head, packed",
         "chunked head, packed, checkpointing",
+        "chunked head, packed, compiled",
+        "chunked head, packed, checkpointing, compiled",
     ]
     assert rows[0].endswith("1.00x")
