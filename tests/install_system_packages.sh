@@ -3,6 +3,7 @@
 #   - Debian's chromium and chromedriver, for the run viewer's browser tests;
 #   - gcc and python3-seccomp for the bwrap backend's init and seccomp filter;
 #   - g++ for torch.compile's CPU code generation (the compiled-layer tests);
+#   - SGLang's HTTP contract module, from its wheel (tests/fetch_sglang_api.sh);
 #   - a Docker engine, bubblewrap and the offline-built sandbox image (sandbox/scripts/start_docker.sh).
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,4 +27,5 @@ if ! command -v g++ >/dev/null; then
     apt-get -o DPkg::Lock::Timeout=300 update -qq
     DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends g++ >/dev/null
 fi
+bash "$REPO_ROOT/tests/fetch_sglang_api.sh"
 bash "$REPO_ROOT/sandbox/scripts/start_docker.sh"

@@ -3,9 +3,10 @@
 `pip install sglang` (0.5.23) pulls torch 2.14.1 with CUDA 13 libraries, flashinfer and other GPU
 wheels, so the package is not a CI dependency. The field lists below are taken from SGLang 0.5.23:
 `sglang/api/v1/api_types.py` (the HTTP JSON contract, generated from `proto/sglang`; the server
-checks every `/generate` body against it) and `sglang/srt/managers/io_struct.py`. Where the
-`sglang` package is importable (`SGLANG_VERSION` or another release), the last test decodes
-agentrl's requests and the built-in server's answers with SGLang's own decoders as well.
+checks every `/generate` body against it) and `sglang/srt/managers/io_struct.py`. The last test
+decodes agentrl's requests and the built-in server's answers with SGLang's own decoders: those of
+the installed `sglang` package if there is one, else `api_types.py` taken from the SGLANG_VERSION
+wheel by `tests/fetch_sglang_api.sh` (part of the test set-up; it needs only msgspec).
 """
 
 from __future__ import annotations
@@ -231,26 +232,28 @@ async def test_a_model_info_with_another_version_fails_the_weight_sync(tmp_path:
         await runner.cleanup()
 
 
-def sglang_api_types() -> ModuleType | None:
-    """SGLang's generated HTTP contract module, loaded from the installed package without running
-    `sglang/__init__.py` (which imports torch and GPU kernels); None when SGLang is not installed."""
+FETCHED_API_TYPES = Path(__file__).resolve().parents[1] / ".sglang" / SGLANG_VERSION / "api_types.py"
+
+
+def sglang_api_types() -> tuple[ModuleType, str]:
+    """SGLang's generated HTTP contract module and its release: the installed package's, else the
+    one `tests/fetch_sglang_api.sh` extracted from the SGLANG_VERSION wheel. Loaded by path, so
+    `sglang/__init__.py` (which imports torch and GPU kernels) never runs."""
     spec = importlib.util.find_spec("sglang")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(spec.submodule_search_locations[0]) / "api" / "v1" / "api_types.py"
-    if not path.exists():
-        return None
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(spec.submodule_search_locations[0]) / "api" / "v1" / "api_types.py"
+        version = importlib.metadata.version("sglang")
+    else:
+        path, version = FETCHED_API_TYPES, SGLANG_VERSION
+    assert path.exists(), f"{path} is missing: run `bash tests/fetch_sglang_api.sh` (the test set-up does)"
     module_spec = importlib.util.spec_from_file_location("_sglang_api_types", path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
-    return module
+    return module, version
 
 
-@pytest.mark.skipif(
-    sglang_api_types() is None, reason="the sglang package is not installed (see module docstring)"
-)
 def test_sglangs_own_decoders_accept_agentrl_requests_and_the_built_in_servers_answers() -> None:
-    api = sglang_api_types()
+    api, version = sglang_api_types()
     request = api.GenerateRequest.from_json_value(generate_payload([1, 9, 12], EVERY_OPTION))
     assert (request.input_ids, request.return_logprob) == ([1, 9, 12], True)
     assert (request.sampling_params.sampling_seed, request.sampling_params.stop_token_ids) == (11, [2, 7])
@@ -268,7 +271,7 @@ def test_sglangs_own_decoders_accept_agentrl_requests_and_the_built_in_servers_a
         api.FinishStop(matched=2),
     )
     assert api.GenerateResponse.from_json_value(SGLANG_ANSWER).meta_info.completion_tokens == 2
-    if importlib.metadata.version("sglang") == SGLANG_VERSION:  # the lists above are this release's
+    if version == SGLANG_VERSION:  # the lists above are this release's
         assert set(api.GenerateRequest.__struct_fields__) == GENERATE_REQUEST_FIELDS
         assert set(api.SamplingParams.__struct_fields__) == SAMPLING_PARAMS_FIELDS
         assert set(api.GenerateResponse.__struct_fields__) == GENERATE_RESPONSE_FIELDS
