@@ -1,7 +1,7 @@
 """Model side, shared by trainer and engine: compile the elementwise parts of decoder layers.
 
-Eager, a decoder layer's RMSNorm is a chain of seven full passes over its activations and the
-MLP's activation two more; compiled, each becomes one fused kernel. Attention and the
+Eager, a decoder layer's RMSNorm is a chain of elementwise passes over its activations and the
+MLP's gated activation two more; compiled, each part becomes a few fused kernels. Attention and the
 projections stay as they are (their kernels are already fused, and attention goes through the
 caller's own function), so the compiled graphs are small, compile in seconds and never break
 on the caller's attention.
@@ -30,10 +30,15 @@ def compile_elementwise_parts(layer: torch.nn.Module) -> None:
             part.forward = torch.compile(part.forward, dynamic=True)
 
 
-def compile_decoder_layers(model: PreTrainedModel) -> None:
-    """`compile_elementwise_parts` on every decoder layer of `model` (its `_no_split_modules`)."""
+def decoder_layers(model: PreTrainedModel) -> list[torch.nn.Module]:
+    """The modules of `model` whose class its `_no_split_modules` names (its decoder layers)."""
     layer_classes = set(getattr(model, "_no_split_modules", None) or ())
-    layers = [module for module in model.modules() if type(module).__name__ in layer_classes]
+    return [module for module in model.modules() if type(module).__name__ in layer_classes]
+
+
+def compile_decoder_layers(model: PreTrainedModel) -> None:
+    """`compile_elementwise_parts` on every decoder layer of `model`."""
+    layers = decoder_layers(model)
     if not layers:
         raise ValueError(f"{type(model).__name__} names no decoder layer class in _no_split_modules")
     for layer in layers:

@@ -47,9 +47,8 @@ def _split_attention(
         kv_mask = valid[:, None] & (dims < HEAD_DIM)[None, :]
         k = tl.load(keys + row * k_row + kv_head * k_head + positions[:, None] * k_pos + dims[None, :],
                     mask=kv_mask, other=0.0)  # fmt: skip
-        scores = (tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale).to(
-            tl.float32
-        )  # [GROUP_PAD, BLOCK]
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # [GROUP_PAD, BLOCK] float32
+        scores = (scores * scale).to(tl.float32)  # a Python float scale can arrive as float64
         scores = tl.where(valid[None, :], scores, float("-inf"))
         new_best = tl.maximum(best, tl.max(scores, 1))
         rescale = tl.exp(best - new_best)

@@ -50,10 +50,12 @@ class RowSampling:
         params: list[SamplingParams], generators: list[random.Random], device: torch.device
     ) -> RowSampling:
         """Draw one uniform per sampled row from that row's own generator; one host-to-device copy."""
-        uniforms = [g.random() if p.temperature > 0 else 0.0 for p, g in zip(params, generators, strict=True)]
-        columns = [[p.temperature, p.top_k, p.top_p] for p in params]
         staged = torch.tensor(
-            [row + [u] for row, u in zip(columns, uniforms, strict=True)], dtype=torch.float64
+            [
+                [p.temperature, p.top_k, p.top_p, g.random() if p.temperature > 0 else 0.0]
+                for p, g in zip(params, generators, strict=True)
+            ],
+            dtype=torch.float64,
         )
         on_device = staged.to(device, non_blocking=True)  # [num_rows, 4]; top_k is exact in float64
         return RowSampling(

@@ -60,7 +60,7 @@ def slot_attention_forward(
         from agentrl.engine.decode_attention import decode_attention  # Triton: CUDA machines only
 
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        return decode_attention(query, key, value, slot_forward.write_positions + 1, scale), None
+        return decode_attention(query, key, value, slot_forward.one_token_lengths, scale), None
     return grouped_query_attention(query, key, value, attention_mask, scaling), None
 
 

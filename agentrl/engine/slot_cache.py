@@ -14,6 +14,7 @@ returns the slot views that attention reads.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -98,6 +99,15 @@ class SlotForward:
         layer_values[self.write_slots, :, self.write_positions] = self._selected(values)
         rows = slice(self.first_slot, self.first_slot + self.num_rows)
         return layer_keys[rows, :, : self.key_length], layer_values[rows, :, : self.key_length]
+
+    @functools.cached_property
+    def one_token_lengths(self) -> torch.Tensor:
+        """[num_rows] keys each row reads in a pass of one new token per row (every token written).
+
+        Computed once per pass, not once per layer.
+        """
+        assert self.write_index is None
+        return self.write_positions + 1
 
     def _selected(self, states: torch.Tensor) -> torch.Tensor:
         """[num_rows, heads, num_new, dim] -> [num_writes, heads, dim] in write order."""

@@ -20,7 +20,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 from transformers import AutoModelForCausalLM
 
-from agentrl.compiled_layers import compile_elementwise_parts
+from agentrl.compiled_layers import compile_elementwise_parts, decoder_layers
 from agentrl.trainer.actor_config import ActorConfig
 from agentrl.trainer.batch import TrainBatch
 from agentrl.trainer.distributed import all_gather_rows, all_reduce_sum, barrier, init_distributed
@@ -90,16 +90,14 @@ class PolicyWorker:
         model.requires_grad_(self.trainable)
         self.scorer = self.scorer_class(model, self.temperature, self.actor.logprob_chunk_size)
         mixed_precision = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
-        layer_classes = set(getattr(model, "_no_split_modules", None) or ())
-        for module in model.modules():
-            if type(module).__name__ in layer_classes:
-                if self.actor.use_torch_compile:
-                    compile_elementwise_parts(module)
-                if self.actor.gradient_checkpointing:
-                    # Checkpoint the layer's forward, not its __call__: FSDP's hooks stay outside, so
-                    # the layer's weights are gathered again for the recompute in backward.
-                    module.forward = functools.partial(checkpoint, module.forward, use_reentrant=False)
-                fully_shard(module, mesh=self.context.mesh, mp_policy=mixed_precision)
+        for layer in decoder_layers(model):
+            if self.actor.use_torch_compile:
+                compile_elementwise_parts(layer)
+            if self.actor.gradient_checkpointing:
+                # Checkpoint the layer's forward, not its __call__: FSDP's hooks stay outside, so
+                # the layer's weights are gathered again for the recompute in backward.
+                layer.forward = functools.partial(checkpoint, layer.forward, use_reentrant=False)
+            fully_shard(layer, mesh=self.context.mesh, mp_policy=mixed_precision)
         # The scorer is the root: its forward, not the model's, is what every pass calls.
         fully_shard(self.scorer, mesh=self.context.mesh, mp_policy=mixed_precision)
         return model
