@@ -149,7 +149,7 @@ def engine_kwargs(args: argparse.Namespace, prefix_cache: bool = True) -> dict:
         "max_prefill_tokens": args.max_prefill_tokens, "seed": args.seed,
         "prefix_cache_bytes": int(args.prefix_cache_gib * 2**30) if prefix_cache else 0,
         "cuda_graphs": not args.no_cuda_graphs, "prefill_interval": args.prefill_interval,
-        "torch_compile": args.torch_compile,
+        "torch_compile": args.torch_compile, "fused_forward": not args.no_fused_forward,
     }  # fmt: skip
 
 
@@ -264,6 +264,11 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--no-cuda-graphs", action="store_true", help="decode without CUDA graphs")
     parser.add_argument(
         "--torch-compile", action="store_true", help="engine: compile decoder layers' MLP and RMSNorms"
+    )
+    parser.add_argument(
+        "--no-fused-forward",
+        action="store_true",
+        help="engine: transformers' modules instead of fused kernels",
     )
     parser.add_argument(
         "--prefill-interval", type=int, default=1, help="engine: decode steps between admissions"

@@ -8,7 +8,7 @@ takes one (row, key/value head, split of `SPLIT` keys), reads only keys below th
 length, and computes the queries of every head in the group at once (grouped heads are never
 expanded). A second pass merges the splits' partial results by their log-sum-exp.
 
-Triton is imported only here, and this module only on CUDA.
+Triton is imported only here and in `fused_kernels`, and these modules only on CUDA.
 """
 
 from __future__ import annotations
@@ -67,20 +67,42 @@ def _split_attention(
     tl.store(lse_ptrs, lse, mask=in_group)
 
 
+@triton.jit
+def _merge_splits(
+    partial_out, partial_lse, out, num_splits, o_row, o_head, o_split, l_row, l_head,
+    HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
+):  # fmt: skip
+    row, head = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    splits = tl.arange(0, SPLITS_PAD)
+    dims = tl.arange(0, HEAD_PAD)
+    lse = tl.load(
+        partial_lse + row * l_row + head * l_head + splits, mask=splits < num_splits, other=float("-inf")
+    )
+    weights = tl.exp(lse - tl.max(lse, 0))  # splits past the row's length have lse -inf: weight 0
+    mask = (splits < num_splits)[:, None] & (dims < HEAD_DIM)[None, :]
+    partial = tl.load(partial_out + row * o_row + head * o_head + splits[:, None] * o_split + dims[None, :],
+                      mask=mask, other=0.0)  # fmt: skip
+    merged = tl.sum(partial * weights[:, None], 0) / tl.sum(weights, 0)
+    target = out + (row * tl.num_programs(1) + head) * HEAD_DIM + dims
+    tl.store(target, merged.to(out.dtype.element_ty), mask=dims < HEAD_DIM)
+
+
 def decode_attention(
     query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor, scale: float
 ) -> torch.Tensor:
     """Attention of one query token per row over that row's first `lengths[row]` keys.
 
-    `query` [rows, heads, 1, dim]; `keys`/`values` [rows, kv_heads, capacity, dim] (strided views
-    of the slot storage are fine); `lengths` [rows], each >= 1. Query head h reads key/value head
-    h // (heads // kv_heads). Returns [rows, 1, heads, dim] in the query's dtype.
+    `query` [rows, heads, dim] (any view whose last dimension has unit stride); `keys`/`values`
+    [rows, kv_heads, capacity, dim] (strided views of the slot storage are fine); `lengths`
+    [rows], each >= 1. Query head h reads key/value head h // (heads // kv_heads). Returns
+    [rows, heads, dim], contiguous, in the query's dtype.
     """
-    query = query.contiguous()  # [rows, heads, 1, dim] with unit stride along dim
-    num_rows, num_heads, _, head_dim = query.shape
+    assert query.stride(2) == 1
+    num_rows, num_heads, head_dim = query.shape
     num_kv_heads, capacity = keys.shape[1], keys.shape[2]
     group = num_heads // num_kv_heads
     num_splits = triton.cdiv(capacity, SPLIT)
+    head_pad = max(16, triton.next_power_of_2(head_dim))  # tl.dot needs 16 or more along each side
     partial_out = torch.empty(
         (num_rows, num_heads, num_splits, head_dim), dtype=torch.float32, device=query.device
     )
@@ -92,9 +114,14 @@ def decode_attention(
         partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
         partial_lse.stride(0), partial_lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
-        HEAD_DIM=head_dim, HEAD_PAD=max(16, triton.next_power_of_2(head_dim)), SPLIT_KEYS=SPLIT, BLOCK=BLOCK_KEYS,
+        HEAD_DIM=head_dim, HEAD_PAD=head_pad, SPLIT_KEYS=SPLIT, BLOCK=BLOCK_KEYS,
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",  # float32 stays exact; bf16 ignores it
     )  # fmt: skip
-    split_weights = torch.softmax(partial_lse, dim=-1)  # [rows, heads, splits]
-    out = (split_weights[..., None] * partial_out).sum(dim=2)  # [rows, heads, dim]
-    return out.to(query.dtype)[:, None]
+    out = torch.empty((num_rows, num_heads, head_dim), dtype=query.dtype, device=query.device)
+    _merge_splits[(num_rows, num_heads)](
+        partial_out, partial_lse, out, num_splits, partial_out.stride(0), partial_out.stride(1),
+        partial_out.stride(2), partial_lse.stride(0), partial_lse.stride(1),
+        HEAD_DIM=head_dim, HEAD_PAD=triton.next_power_of_2(head_dim),
+        SPLITS_PAD=triton.next_power_of_2(num_splits),
+    )  # fmt: skip
+    return out

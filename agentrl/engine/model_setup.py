@@ -35,6 +35,19 @@ def check_full_attention(model: PreTrainedModel) -> None:
         )
 
 
+FUSED_MODEL_TYPES = frozenset({"llama", "qwen2"})
+
+
+def fused_forward_unsupported(model: PreTrainedModel) -> str | None:
+    """Why the engine's fused forward (`fused_decoder`) cannot run `model`, or None when it can."""
+    config = model.config
+    if config.model_type not in FUSED_MODEL_TYPES:
+        return f"model_type {config.model_type!r} is not one of {sorted(FUSED_MODEL_TYPES)}"
+    if getattr(config, "hidden_act", None) != "silu":
+        return f"hidden_act {getattr(config, 'hidden_act', None)!r} is not 'silu'"
+    return None
+
+
 def slot_shape(model: PreTrainedModel) -> dict[str, int]:
     """Layer count and key/value head shape, as `SlotKVCache` takes them."""
     config = model.config

@@ -5,7 +5,8 @@ token a row gets depends only on that row's logits and its own uniform draw. Tha
 makes a seeded request sample the same tokens whether it runs alone or batched with others.
 Sampling is inverse-CDF over the vocabulary in its natural order, so filtering only masks
 tokens out and never reorders them. Each row draws from its own `random.Random`, seeded per
-request, on the host: drawing 256 uniforms there costs microseconds.
+request, on the host: drawing 256 uniforms there costs microseconds. On CUDA, rows without
+top-k or top-p (the usual RL case) take the same draw in two Triton kernels (`fused_sampling`).
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ def sample_next_tokens(logits: torch.Tensor, rows: RowSampling) -> tuple[torch.T
     The logprob is log_softmax(logits / temperature) of the chosen token before top-k/top-p
     filtering; greedy rows (temperature 0) report log_softmax(logits).
     """
+    if logits.is_cuda and rows.max_top_k <= 0 and not rows.any_top_p:
+        from agentrl.engine.fused_sampling import sample_with_temperature  # Triton: CUDA machines only
+
+        return sample_with_temperature(logits, rows.temperatures, rows.uniforms)
     greedy = rows.temperatures == 0
     scale = torch.where(greedy, torch.ones_like(rows.temperatures), rows.temperatures)
     scaled = logits.float() / scale[:, None]  # [num_rows, vocab]

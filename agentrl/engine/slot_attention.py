@@ -60,7 +60,8 @@ def slot_attention_forward(
         from agentrl.engine.decode_attention import decode_attention  # Triton: CUDA machines only
 
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        return decode_attention(query, key, value, slot_forward.one_token_lengths, scale), None
+        lengths = slot_forward.one_token_lengths
+        return decode_attention(query[:, :, 0], key, value, lengths, scale)[:, None], None
     return grouped_query_attention(query, key, value, attention_mask, scaling), None
 
 

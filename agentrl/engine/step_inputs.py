@@ -23,12 +23,13 @@ class StepInputs:
     write_positions: torch.Tensor  # [num_writes]
     write_index: torch.Tensor | None  # [num_writes] flat index into [num_rows * num_new]; None: all
     key_length: int  # slot positions attention reads: 1 + the largest position
+    row_spans: tuple[tuple[int, int], ...] = ()  # per row (new tokens, first new position); host-side
 
     def to(self, device: torch.device) -> StepInputs:
         index = None if self.write_index is None else self.write_index.to(device)
         return StepInputs(
             self.input_ids.to(device), self.positions.to(device), self.write_slots.to(device),
-            self.write_positions.to(device), index, self.key_length,
+            self.write_positions.to(device), index, self.key_length, self.row_spans,
         )  # fmt: skip
 
 
@@ -52,6 +53,9 @@ def prefill_inputs(prompts: list[list[int]], cached_lengths: list[int], first_sl
         write_positions=positions.flatten()[write_index],
         write_index=write_index,
         key_length=max(len(prompt) for prompt in prompts),
+        row_spans=tuple(
+            (len(suffix), cached) for suffix, cached in zip(suffixes, cached_lengths, strict=True)
+        ),
     )
 
 

@@ -43,6 +43,7 @@ from agentrl.engine.model_setup import (
     attention_backends,
     check_full_attention,
     eos_ids,
+    fused_forward_unsupported,
     resolve_dtype,
     slot_shape,
     validate_state_dict,
@@ -107,7 +108,11 @@ class TransformersEngine:
     `cuda_graphs`: replay captured decode steps on CUDA (ignored on CPU, where none exist);
     `prefill_interval`: while rows decode, admit new requests only every this many decode steps,
     so that requests arriving one by one (turns ending) share fewer, larger prefill passes;
-    `torch_compile`: compile each decoder layer's MLP and RMSNorms (`agentrl.compiled_layers`).
+    `torch_compile`: compile each decoder layer's MLP and RMSNorms (`agentrl.compiled_layers`) for
+    the passes transformers' modules run (CPU, models the fused forward does not serve);
+    `fused_forward`: on CUDA, run Llama and Qwen2 models through the engine's own forward pass
+    (`fused_decoder`: nine kernels a layer; its q/k/v and gate/up parameters become views of
+    packed matrices). False runs transformers' modules, for comparison.
     The engine routes the model's attention through its own function (`slot_attention`);
     other forward calls on the model still compute plain SDPA attention.
     """
@@ -130,6 +135,7 @@ class TransformersEngine:
         cuda_graphs: bool = True,
         prefill_interval: int = 1,
         torch_compile: bool = False,
+        fused_forward: bool = True,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
@@ -145,7 +151,12 @@ class TransformersEngine:
         self.device = torch.device(device)
         self.model = model.to(device=self.device, dtype=resolve_dtype(dtype)).eval()
         install_slot_attention(self.model)
-        if torch_compile:
+        self.fused_decoder = None
+        if fused_forward and self.device.type == "cuda" and fused_forward_unsupported(self.model) is None:
+            from agentrl.engine.fused_decoder import FusedDecoder  # Triton: CUDA machines only
+
+            self.fused_decoder = FusedDecoder(self.model)  # before the parameters are listed below
+        elif torch_compile:
             compile_decoder_layers(self.model)
         self.eos_ids = eos_ids(model, tokenizer_or_eos_ids)
         self.vocab_size = model.get_input_embeddings().num_embeddings
@@ -412,6 +423,9 @@ class TransformersEngine:
 
     def _forward(self, inputs: StepInputs, first_slot: int) -> torch.Tensor:
         """Logits of each row's last position: [num_rows, vocab]."""
+        if self.fused_decoder is not None:
+            with attention_backends(self.device):
+                return self.fused_decoder.forward(inputs, first_slot, self.slots)
         plan = SlotForward(
             storage=self.slots, first_slot=first_slot, num_rows=inputs.input_ids.shape[0],
             key_length=inputs.key_length, write_slots=inputs.write_slots,

@@ -19,8 +19,9 @@ def reference(query, keys, values, lengths, scale):
     for row, length in enumerate(lengths.tolist()):
         k = keys[row : row + 1, :, :length].repeat_interleave(group, dim=1).float()
         v = values[row : row + 1, :, :length].repeat_interleave(group, dim=1).float()
-        outputs.append(F.scaled_dot_product_attention(query[row : row + 1].float(), k, v, scale=scale))
-    return torch.cat(outputs).transpose(1, 2)  # [rows, 1, heads, dim]
+        q = query[row : row + 1, :, None].float()
+        outputs.append(F.scaled_dot_product_attention(q, k, v, scale=scale)[:, :, 0])
+    return torch.cat(outputs)  # [rows, heads, dim]
 
 
 @pytest.mark.parametrize(
@@ -38,11 +39,11 @@ def test_decode_attention_matches_sdpa_on_each_rows_own_length(heads, kv_heads, 
     rows, capacity = 9, 700
     storage = torch.randn((2, rows + 3, kv_heads, capacity, head_dim), generator=generator, device="cuda")
     keys, values = storage.to(dtype)[:, 2 : 2 + rows]  # strided views, as the slot storage gives
-    query = torch.randn((rows, heads, 1, head_dim), generator=generator, device="cuda").to(dtype)
+    query = torch.randn((rows, heads, head_dim), generator=generator, device="cuda").to(dtype)
     lengths = torch.tensor([1, 2, 63, 64, 65, 128, 129, 500, 700], device="cuda")
     scale = head_dim**-0.5
     got = decode_attention(query, keys, values, lengths, scale)
-    assert got.shape == (rows, 1, heads, head_dim) and got.dtype == dtype
+    assert got.shape == (rows, heads, head_dim) and got.dtype == dtype
     torch.testing.assert_close(
         got.float(), reference(query, keys, values, lengths, scale), atol=tolerance, rtol=0
     )
@@ -53,7 +54,7 @@ def test_decode_attention_ignores_keys_past_each_rows_length():
 
     generator = torch.Generator(device="cuda").manual_seed(1)
     keys, values = torch.randn((2, 3, 2, 300, 64), generator=generator, device="cuda").to(torch.bfloat16)
-    query = torch.randn((3, 14, 1, 64), generator=generator, device="cuda").to(torch.bfloat16)
+    query = torch.randn((3, 14, 64), generator=generator, device="cuda").to(torch.bfloat16)
     lengths = torch.tensor([5, 130, 300], device="cuda")
     before = decode_attention(query, keys, values, lengths, 0.125)
     keys[0, :, 5:], values[1, :, 130:] = 1e4, float("nan")  # garbage where no row may read

@@ -1,0 +1,151 @@
+"""Inference stage, the engine's own forward pass for Llama-family decoders on CUDA.
+
+Run through transformers' modules, a decoder layer launches about forty kernels; in a decode step
+of a small model the GPU spends more time between those launches than in them. This forward pass
+reads the same parameters and runs each layer as nine kernels: RMSNorm with the residual add,
+one packed q/k/v projection, rotary embedding with the key/value store, attention, the output
+projection, RMSNorm with the residual add, one packed gate/up projection, SiLU-and-multiply, and
+the down projection. The q/k/v and gate/up weights are packed once into one matrix each, and the
+model's own parameters become views of it, so a weight update copied into the model's
+parameters (`update_weights`) reaches the packed matrices with no extra step.
+
+Served: Llama and Qwen2 (model_type `llama`, `qwen2`) with SiLU MLPs. Rotary embeddings come from
+the model's own `rotary_emb` module, so every RoPE variant it supports is applied as it applies it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel
+
+from agentrl.engine.decode_attention import decode_attention
+from agentrl.engine.fused_kernels import add_rms_norm, rotary_store, silu_and_multiply
+from agentrl.engine.model_setup import fused_forward_unsupported
+from agentrl.engine.prefill_attention import prefill_attention, prefill_tiles
+from agentrl.engine.slot_cache import SlotKVCache
+from agentrl.engine.step_inputs import StepInputs
+
+
+def pack_linears(linears: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias) stacking the outputs of `linears`; their parameters become views of it."""
+    weight = torch.cat([linear.weight.detach() for linear in linears])
+    has_bias = any(linear.bias is not None for linear in linears)
+    bias = None
+    if has_bias:
+        bias = torch.cat([
+            linear.bias.detach() if linear.bias is not None else weight.new_zeros(linear.out_features)
+            for linear in linears
+        ])  # fmt: skip
+    start = 0
+    for linear in linears:
+        end = start + linear.out_features
+        linear.weight = torch.nn.Parameter(weight[start:end], requires_grad=False)
+        if linear.bias is not None:
+            linear.bias = torch.nn.Parameter(bias[start:end], requires_grad=False)
+        start = end
+    return weight, bias
+
+
+Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""(queries [tokens, heads, dim], one layer's keys, values [slots, kv_heads, capacity, dim]) -> [tokens, heads, dim]."""
+
+
+@dataclass(frozen=True)
+class PackedLayer:
+    """One decoder layer's parameters as the fused forward reads them."""
+
+    input_norm: torch.Tensor  # [hidden]
+    qkv_weight: torch.Tensor  # [(heads + 2 * kv_heads) * head_dim, hidden]
+    qkv_bias: torch.Tensor | None
+    output_projection: torch.nn.Linear
+    post_norm: torch.Tensor  # [hidden]
+    gate_up_weight: torch.Tensor  # [2 * intermediate, hidden]
+    gate_up_bias: torch.Tensor | None
+    down_projection: torch.nn.Linear
+
+
+class FusedDecoder:
+    """Logits of a forward pass over slot storage, for models `fused_forward_unsupported` accepts."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        reason = fused_forward_unsupported(model)
+        if reason is not None:
+            raise ValueError(f"FusedDecoder cannot run {type(model).__name__}: {reason}")
+        self.model = model
+        decoder = model.get_decoder()
+        self.embed_tokens, self.rotary_embedding, self.final_norm = (
+            decoder.embed_tokens,
+            decoder.rotary_emb,
+            decoder.norm,
+        )
+        attention = decoder.layers[0].self_attn
+        self.num_heads = model.config.num_attention_heads
+        self.scale = attention.scaling
+        self.eps = decoder.norm.variance_epsilon
+        self.layers = [self._pack(layer) for layer in decoder.layers]
+
+    @staticmethod
+    def _pack(layer: torch.nn.Module) -> PackedLayer:
+        attention, mlp = layer.self_attn, layer.mlp
+        qkv_weight, qkv_bias = pack_linears([attention.q_proj, attention.k_proj, attention.v_proj])
+        gate_up_weight, gate_up_bias = pack_linears([mlp.gate_proj, mlp.up_proj])
+        return PackedLayer(
+            layer.input_layernorm.weight, qkv_weight, qkv_bias, attention.o_proj,
+            layer.post_attention_layernorm.weight, gate_up_weight, gate_up_bias, mlp.down_proj,
+        )  # fmt: skip
+
+    def forward(self, inputs: StepInputs, first_slot: int, storage: SlotKVCache) -> torch.Tensor:
+        """Logits of each row's last position, [num_rows, vocab]; keys/values stored as `inputs` says.
+
+        Only real tokens go through the layers: left padding is dropped before the embedding and
+        rebuilt nowhere: prefill attention reads packed tokens (`prefill_attention`).
+        """
+        num_rows, width = inputs.input_ids.shape
+        real = inputs.write_index  # None: every position is a real token (decode)
+        token_ids = inputs.input_ids.reshape(-1)
+        if real is not None:
+            token_ids = token_ids[real]
+        positions, slots = inputs.write_positions, inputs.write_slots  # [tokens]
+        hidden = self.embed_tokens(token_ids)  # [tokens, hidden]
+        cos, sin = self.rotary_embedding(hidden, positions[None])
+        attend = self._attention(inputs, first_slot)
+        residual = None
+        for index, layer in enumerate(self.layers):
+            normed, residual = add_rms_norm(hidden, residual, layer.input_norm, self.eps)
+            qkv = F.linear(normed, layer.qkv_weight, layer.qkv_bias)
+            keys, values = storage.keys[index], storage.values[index]
+            queries = rotary_store(qkv, cos[0], sin[0], keys, values, slots, positions, self.num_heads)
+            hidden = layer.output_projection(attend(queries, keys, values).view(queries.shape[0], -1))
+            normed, residual = add_rms_norm(hidden, residual, layer.post_norm, self.eps)
+            gate_up = F.linear(normed, layer.gate_up_weight, layer.gate_up_bias)
+            hidden = layer.down_projection(silu_and_multiply(gate_up))
+        if real is not None:  # each row's last column is its last prompt token, never padding
+            last_columns = torch.arange(num_rows, device=real.device) * width + width - 1
+            last_tokens = torch.searchsorted(real, last_columns)
+            hidden, residual = hidden[last_tokens], residual[last_tokens]
+        normed, _ = add_rms_norm(hidden, residual, self.final_norm.weight, self.eps)
+        return self.model.lm_head(normed)
+
+    def _attention(self, inputs: StepInputs, first_slot: int) -> Attention:
+        """Attention of the pass's queries [tokens, heads, dim] over one layer's slot storage."""
+        num_rows = inputs.input_ids.shape[0]
+        if inputs.write_index is None:  # one new token per row: decode
+            rows, lengths = slice(first_slot, first_slot + num_rows), inputs.write_positions + 1
+            columns = slice(0, inputs.key_length)  # the split count follows the longest row
+
+            def attend(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+                return decode_attention(
+                    queries, keys[rows, :, columns], values[rows, :, columns], lengths, self.scale
+                )
+
+            return attend
+        tiles = prefill_tiles(first_slot, list(inputs.row_spans), inputs.input_ids.device)
+
+        def attend(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+            return prefill_attention(queries, keys, values, tiles, self.scale)
+
+        return attend

@@ -1,0 +1,148 @@
+"""Inference stage, fused decoder-layer kernels on CUDA: RMSNorm, rotary + KV store, gated MLP.
+
+Eager, a decoder layer runs each of these as a chain of elementwise passes (RMSNorm alone is
+six); in a decode step of a small model those launches, not the bytes they move, set the time.
+Each function here is one Triton kernel and rounds as the eager modules do: values that eager
+code stores in the model's dtype between operations are rounded to it at the same points here.
+
+Triton is imported only here and in `decode_attention`, and these modules only on CUDA.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add_rms_norm(
+    hidden, residual, weight, normed, residual_out, eps, num_features,
+    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    columns = tl.arange(0, BLOCK)
+    in_row = columns < num_features
+    offsets = row * num_features + columns
+    summed = tl.load(hidden + offsets, mask=in_row, other=0.0)
+    if HAS_RESIDUAL:
+        summed = summed + tl.load(residual + offsets, mask=in_row, other=0.0)  # rounded as eager's add
+        tl.store(residual_out + offsets, summed, mask=in_row)
+    values = summed.to(tl.float32)
+    inverse_rms = 1.0 / tl.sqrt(tl.sum(values * values, axis=0) / num_features + eps)
+    scaled = (values * inverse_rms).to(summed.dtype).to(tl.float32)
+    scale = tl.load(weight + columns, mask=in_row, other=0.0).to(tl.float32)
+    tl.store(normed + offsets, (scale * scaled).to(summed.dtype), mask=in_row)
+
+
+def add_rms_norm(
+    hidden: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(RMSNorm(hidden + residual) * weight, hidden + residual) for `hidden` [tokens, features].
+
+    With no residual (the first layer) the sum is `hidden` itself.
+    """
+    num_tokens, num_features = hidden.shape
+    normed = torch.empty_like(hidden)
+    summed = torch.empty_like(hidden) if residual is not None else hidden
+    _add_rms_norm[(num_tokens,)](
+        hidden, residual if residual is not None else hidden, weight, normed, summed, eps, num_features,
+        HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(num_features),
+    )  # fmt: skip
+    return normed, summed
+
+
+@triton.jit
+def _rotary_store(
+    qkv, cos, sin, query_out, keys, values, token_slots, token_positions,
+    qkv_row, cos_row, k_slot, k_head, k_pos, v_slot, v_head, v_pos,
+    NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, HALF_PAD: tl.constexpr,
+):  # fmt: skip
+    token, head = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    half = HEAD_DIM // 2
+    dims = tl.arange(0, HALF_PAD)
+    in_half = dims < half
+    cos_first = tl.load(cos + token * cos_row + dims, mask=in_half, other=0.0).to(tl.float32)
+    cos_second = tl.load(cos + token * cos_row + half + dims, mask=in_half, other=0.0).to(tl.float32)
+    sin_first = tl.load(sin + token * cos_row + dims, mask=in_half, other=0.0).to(tl.float32)
+    sin_second = tl.load(sin + token * cos_row + half + dims, mask=in_half, other=0.0).to(tl.float32)
+    source = qkv + token * qkv_row + head * HEAD_DIM
+    first = tl.load(source + dims, mask=in_half, other=0.0)
+    second = tl.load(source + half + dims, mask=in_half, other=0.0)
+    # x * cos + rotate_half(x) * sin, where rotate_half(x) = (-x[half:], x[:half]).
+    rotated_first = (first.to(tl.float32) * cos_first - second.to(tl.float32) * sin_first).to(first.dtype)
+    rotated_second = (second.to(tl.float32) * cos_second + first.to(tl.float32) * sin_second).to(first.dtype)
+    if head < NUM_HEADS:
+        target = query_out + (token * NUM_HEADS + head) * HEAD_DIM
+        tl.store(target + dims, rotated_first, mask=in_half)
+        tl.store(target + half + dims, rotated_second, mask=in_half)
+    else:
+        slot = tl.load(token_slots + token)
+        if slot >= 0:  # left padding is not stored
+            kv_head = head - NUM_HEADS
+            position = tl.load(token_positions + token)
+            key_target = keys + slot * k_slot + kv_head * k_head + position * k_pos
+            tl.store(key_target + dims, rotated_first, mask=in_half)
+            tl.store(key_target + half + dims, rotated_second, mask=in_half)
+            value_source = source + NUM_KV_HEADS * HEAD_DIM
+            value_target = values + slot * v_slot + kv_head * v_head + position * v_pos
+            value_first = tl.load(value_source + dims, mask=in_half, other=0.0)
+            value_second = tl.load(value_source + half + dims, mask=in_half, other=0.0)
+            tl.store(value_target + dims, value_first, mask=in_half)
+            tl.store(value_target + half + dims, value_second, mask=in_half)
+
+
+def rotary_store(
+    qkv: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    token_slots: torch.Tensor,
+    token_positions: torch.Tensor,
+    num_heads: int,
+) -> torch.Tensor:
+    """Rotate queries and keys; store keys and values in their slots; return queries [tokens, heads, dim].
+
+    `qkv` [tokens, (heads + 2 * kv_heads) * dim] is the packed projection output; `cos`/`sin`
+    [tokens, dim] the model's rotary embedding at each token's position; `keys`/`values`
+    [slots, kv_heads, capacity, dim] one layer's slot storage. Token t is stored at
+    `(token_slots[t], token_positions[t])`, or not at all where its slot is negative.
+    """
+    num_tokens = qkv.shape[0]
+    num_kv_heads, head_dim = keys.shape[1], keys.shape[3]
+    assert qkv.shape[1] == (num_heads + 2 * num_kv_heads) * head_dim and qkv.stride(1) == 1
+    queries = torch.empty((num_tokens, num_heads, head_dim), dtype=qkv.dtype, device=qkv.device)
+    _rotary_store[(num_tokens, num_heads + num_kv_heads)](
+        qkv, cos, sin, queries, keys, values, token_slots, token_positions,
+        qkv.stride(0), cos.stride(0), keys.stride(0), keys.stride(1), keys.stride(2),
+        values.stride(0), values.stride(1), values.stride(2),
+        NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim,
+        HALF_PAD=triton.next_power_of_2(head_dim // 2),
+    )  # fmt: skip
+    return queries
+
+
+@triton.jit
+def _silu_and_multiply(gate_up, out, num_features, BLOCK: tl.constexpr):
+    row, block = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    columns = block * BLOCK + tl.arange(0, BLOCK)
+    in_row = columns < num_features
+    gate = tl.load(gate_up + row * 2 * num_features + columns, mask=in_row, other=0.0)
+    up = tl.load(gate_up + row * 2 * num_features + num_features + columns, mask=in_row, other=0.0)
+    gate32 = gate.to(tl.float32)
+    activated = (gate32 / (1.0 + tl.exp(-gate32))).to(gate.dtype)  # eager SiLU rounds here
+    tl.store(out + row * num_features + columns, (activated.to(tl.float32) * up.to(tl.float32)).to(gate.dtype),
+             mask=in_row)  # fmt: skip
+
+
+def silu_and_multiply(gate_up: torch.Tensor) -> torch.Tensor:
+    """SiLU(gate) * up for the packed `gate_up` [tokens, 2 * features]; returns [tokens, features]."""
+    num_tokens, num_features = gate_up.shape[0], gate_up.shape[1] // 2
+    assert gate_up.is_contiguous()
+    out = torch.empty((num_tokens, num_features), dtype=gate_up.dtype, device=gate_up.device)
+    block = min(1024, triton.next_power_of_2(num_features))
+    _silu_and_multiply[(num_tokens, triton.cdiv(num_features, block))](
+        gate_up, out, num_features, BLOCK=block
+    )
+    return out

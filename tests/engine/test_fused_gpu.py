@@ -1,0 +1,94 @@
+"""The engine's fused forward and Triton sampler against transformers' modules and torch sampling, on CUDA."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from agentrl.engine import SamplingParams, TransformersEngine
+from agentrl.engine.sampling import inverse_cdf_sample
+from tests.engine.conftest import tiny_llama, tiny_qwen2
+from tests.engine.test_transformers_engine import PROMPTS, assert_same_generations
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+async def generate_all(model, params, **engine_kwargs):
+    async with TransformersEngine(model, [], device="cuda", **engine_kwargs) as engine:
+        first = await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, params, strict=True)])
+        # Second round: the prompts' prefixes now come from the prefix cache.
+        second = await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, params, strict=True)])
+        assert (engine.fused_decoder is not None) == engine_kwargs.get("fused_forward", True)
+    return first + second
+
+
+@pytest.mark.parametrize("make_model", [tiny_qwen2, tiny_llama])
+async def test_the_fused_forward_samples_what_transformers_modules_sample_in_float32(make_model):
+    params = [SamplingParams(max_new_tokens=30, temperature=1.0, seed=i) for i in range(len(PROMPTS))]
+    fused = await generate_all(make_model(), params)
+    modules = await generate_all(make_model(), params, fused_forward=False)
+    assert_same_generations(fused, modules)
+
+
+async def test_a_weight_update_reaches_the_packed_projections():
+    params = [SamplingParams(max_new_tokens=20, temperature=1.0, seed=i) for i in range(len(PROMPTS))]
+    expected = await generate_all(tiny_qwen2(seed=1), params)
+    async with TransformersEngine(tiny_qwen2(seed=0), [], device="cuda") as engine:
+        await engine.update_weights(
+            {k: v.cuda() for k, v in tiny_qwen2(seed=1).state_dict().items()}, version=1
+        )
+        got = await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, params, strict=True)])
+    assert_same_generations(got, expected[: len(PROMPTS)])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_triton_sampler_draws_the_torch_samplers_tokens(dtype):
+    from agentrl.engine.fused_sampling import sample_with_temperature
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    num_rows, vocab = 64, 151936
+    logits = (4 * torch.randn((num_rows, vocab), generator=generator, device="cuda")).to(dtype)
+    temperatures = torch.tensor([0.0, 0.6, 1.0, 1.7] * (num_rows // 4), device="cuda")
+    uniforms = torch.rand(num_rows, generator=generator, device="cuda", dtype=torch.float64)
+    token_ids, logprobs = sample_with_temperature(logits, temperatures, uniforms)
+    scaled = logits.float() / torch.where(temperatures == 0, 1.0, temperatures)[:, None]
+    log_normalizers = scaled.logsumexp(-1, keepdim=True)
+    expected = inverse_cdf_sample((scaled - log_normalizers).exp(), uniforms)
+    expected = torch.where(temperatures == 0, scaled.argmax(-1), expected)
+    assert token_ids.tolist() == expected.tolist()
+    expected_logprobs = (scaled.gather(-1, expected[:, None]) - log_normalizers).squeeze(-1)
+    torch.testing.assert_close(logprobs, expected_logprobs, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "head_dim", "dtype", "tolerance"),
+    [(14, 2, 64, torch.bfloat16, 2e-2), (4, 2, 8, torch.float32, 1e-5)],
+)
+def test_prefill_attention_matches_causal_sdpa_over_each_rows_slot(
+    heads, kv_heads, head_dim, dtype, tolerance
+):
+    from agentrl.engine.prefill_attention import prefill_attention, prefill_tiles
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    keys, values = torch.randn((2, 6, kv_heads, 300, head_dim), generator=generator, device="cuda").to(dtype)
+    spans = [(5, 0), (70, 3), (1, 130), (130, 0)]  # (new tokens, first position) of slots 1..4
+    queries = torch.randn((206, heads, head_dim), generator=generator, device="cuda").to(dtype)
+    got = prefill_attention(queries, keys, values, prefill_tiles(1, spans, torch.device("cuda")), 0.3)
+    expected, first = [], 0
+    for slot, (num_tokens, start) in enumerate(spans, start=1):
+        end = start + num_tokens
+        k = keys[slot, :, :end].repeat_interleave(heads // kv_heads, dim=0).float()
+        v = values[slot, :, :end].repeat_interleave(heads // kv_heads, dim=0).float()
+        visible = (
+            torch.arange(end, device="cuda")[None, :] <= torch.arange(start, end, device="cuda")[:, None]
+        )
+        q = queries[first : first + num_tokens].transpose(0, 1).float()
+        expected.append(F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=0.3).transpose(0, 1))
+        first += num_tokens
+    torch.testing.assert_close(got.float(), torch.cat(expected), atol=tolerance, rtol=0)
