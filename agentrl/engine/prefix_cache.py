@@ -99,46 +99,67 @@ class PrefixCache:
         """How many leading tokens of `token_ids` are cached, without touching recency."""
         return len(self._path(token_ids)) * self.block_size
 
-    def copy_into_slot(self, match: PrefixMatch, slot: int) -> None:
-        """Write the matched blocks' keys/values to positions [0, match.num_tokens) of `slot`."""
-        if not match.block_ids:
-            return
-        ids = torch.tensor(match.block_ids, device=self.keys.device)
-        for pool, storage in ((self.keys, self.slots.keys), (self.values, self.slots.values)):
-            blocks = pool[:, ids].transpose(1, 2)  # [layers, kv_heads, num_blocks, block, dim]
-            storage[:, slot, :, : match.num_tokens] = blocks.flatten(2, 3)
+    def copy_into_slots(self, placements: list[tuple[PrefixMatch, int]]) -> None:
+        """Write each match's blocks to positions [0, match.num_tokens) of its slot, in one copy."""
+        pairs = [
+            (block_id, slot, index * self.block_size)
+            for match, slot in placements
+            for index, block_id in enumerate(match.block_ids)
+        ]
+        if pairs:
+            blocks, slots, positions = self._token_indices(pairs)
+            for pool, storage in ((self.keys, self.slots.keys), (self.values, self.slots.values)):
+                storage[:, slots, :, positions] = pool[:, blocks[0], :, blocks[1]]
 
-    def insert_from_slot(self, token_ids: list[int], slot: int) -> int:
-        """Cache every full block of `token_ids`, whose keys/values are in `slot`; returns blocks added.
+    def insert_from_slots(self, sequences: list[tuple[list[int], int]]) -> int:
+        """Cache every full block of each `(token_ids, slot)`, in one copy; returns blocks added.
 
         `token_ids` are the tokens at positions 0.. of the slot (their keys/values computed).
+        Blocks added by this call are never evicted by it, so the copy writes each block once.
         """
+        protected: set[int] = set()
+        pairs = []
+        for token_ids, slot in sequences:
+            pairs += [(block_id, slot, start) for block_id, start in self._add_blocks(token_ids, protected)]
+        if pairs:
+            blocks, slots, positions = self._token_indices(pairs)
+            for pool, storage in ((self.keys, self.slots.keys), (self.values, self.slots.values)):
+                pool[:, blocks[0], :, blocks[1]] = storage[:, slots, :, positions]
+        return len(pairs)
+
+    def _add_blocks(self, token_ids: list[int], protected: set[int]) -> list[tuple[int, int]]:
+        """Enter the uncached full blocks of `token_ids`; returns (block id, first position) of each."""
         path = self._path(token_ids)
         parent = path[-1][1].node_id if path else _ROOT
-        first = len(path) * self.block_size
+        keys, added = [key for key, _ in path], []
+        protected |= {block.block_id for _, block in path}
         num_full = len(token_ids) // self.block_size
-        keys, new_ids = [key for key, _ in path], []
-        protected = {block.block_id for _, block in path}
-        for start in range(first, num_full * self.block_size, self.block_size):
+        for start in range(len(path) * self.block_size, num_full * self.block_size, self.block_size):
             block_id = self._allocate(protected)
-            if block_id is None:  # every block is on this very path: nothing left to evict
+            if block_id is None:  # every block is protected: nothing left to evict
                 break
             key = (parent, tuple(token_ids[start : start + self.block_size]))
             self._blocks[key] = _Block(block_id, self._next_node_id)
             parent, self._next_node_id = self._next_node_id, self._next_node_id + 1
             protected.add(block_id)
             keys.append(key)
-            new_ids.append(block_id)
+            added.append((block_id, start))
         for key in reversed(keys):  # leaf first, so parents end up the more recent
             self._blocks.move_to_end(key)
-        if new_ids:
-            end = first + len(new_ids) * self.block_size
-            ids = torch.tensor(new_ids, device=self.keys.device)
-            for pool, storage in ((self.keys, self.slots.keys), (self.values, self.slots.values)):
-                tokens = storage[:, slot, :, first:end]  # [layers, kv_heads, tokens, dim]
-                blocks = tokens.unflatten(2, (len(new_ids), self.block_size)).transpose(1, 2)
-                pool[:, ids] = blocks
-        return len(new_ids)
+        return added
+
+    def _token_indices(
+        self, pairs: list[tuple[int, int, int]]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per token of the (block, slot, first position) pairs: ([block, offset], slot, position) indices."""
+        size = self.block_size
+        rows = [
+            (block_id, offset, slot, start + offset)
+            for block_id, slot, start in pairs
+            for offset in range(size)
+        ]
+        indices = torch.tensor(rows, dtype=torch.long).T.to(self.keys.device, non_blocking=True)  # one copy
+        return indices[:2], indices[2], indices[3]
 
     def _allocate(self, protected: set[int]) -> int | None:
         """A free block, evicting the least recently used unprotected one if none is free."""

@@ -368,29 +368,31 @@ class TransformersEngine:
             request.policy_version = self.policy_version
         self._rows.extend(requests)  # from here on a failure fails these rows too
         self._grow_slots(max(len(r.prompt_ids) for r in requests))
-        cached_lengths = [self._reuse_prefix(r, first_slot + i) for i, r in enumerate(requests)]
+        cached_lengths = self._reuse_prefixes(requests, first_slot)
         inputs = prefill_inputs([r.prompt_ids for r in requests], cached_lengths, first_slot).to(self.device)
         sampling = self._row_sampling(requests)
         logits = self._forward(inputs, first_slot)
         self._sample(logits, requests, sampling)
-        for slot, request in enumerate(requests, start=first_slot):
+        for request in requests:
             request.cache_length = len(request.prompt_ids)
-            if self.prefix_cache is not None:
-                self.prefix_cache.insert_from_slot(request.prompt_ids, slot)
+        if self.prefix_cache is not None:
+            self.prefix_cache.insert_from_slots(
+                [(r.prompt_ids, first_slot + i) for i, r in enumerate(requests)]
+            )
         self.stats.num_prompt_tokens += sum(len(r.prompt_ids) for r in requests)
         self.stats.num_prefix_cached_tokens += sum(cached_lengths)
         self._record(StepKind.PREFILL, requests, num_tokens=inputs.input_ids.numel())
         self._retire_rows()
         return inputs.input_ids.numel()
 
-    def _reuse_prefix(self, request: Request, slot: int) -> int:
-        """Copy the cached start of the prompt into `slot`; returns how many positions it covers."""
+    def _reuse_prefixes(self, requests: list[Request], first_slot: int) -> list[int]:
+        """Copy each prompt's cached start into its slot; returns how many positions each covers."""
         if self.prefix_cache is None:
-            return 0
-        match = self.prefix_cache.lookup(request.prompt_ids)
-        self.prefix_cache.copy_into_slot(match, slot)
+            return [0] * len(requests)
+        matches = [self.prefix_cache.lookup(r.prompt_ids) for r in requests]
+        self.prefix_cache.copy_into_slots([(match, first_slot + i) for i, match in enumerate(matches)])
         # The last prompt token is always fed: its logits give the first completion token.
-        return min(match.num_tokens, len(request.prompt_ids) - 1)
+        return [min(m.num_tokens, len(r.prompt_ids) - 1) for m, r in zip(matches, requests, strict=True)]
 
     def _decode(self) -> None:
         input_ids = [r.completion_ids[-1] for r in self._rows]
@@ -453,12 +455,13 @@ class TransformersEngine:
         done = [i for i, r in enumerate(self._rows) if r.finish_reason is not None or r.cancelled]
         if not done:
             return
-        for slot in done:
-            request = self._rows[slot]
-            if request.finish_reason is not None:
-                if self.prefix_cache is not None and not request.cancelled:
-                    self.prefix_cache.insert_from_slot(request.cached_token_ids(), slot)
-                resolve_future(request.future, result=request.generation())
+        finished = [(slot, self._rows[slot]) for slot in done if self._rows[slot].finish_reason is not None]
+        if self.prefix_cache is not None:
+            self.prefix_cache.insert_from_slots(
+                [(r.cached_token_ids(), slot) for slot, r in finished if not r.cancelled]
+            )
+        for _, request in finished:
+            resolve_future(request.future, result=request.generation())
         num_kept = len(self._rows) - len(done)
         done_set = set(done)
         holes = [slot for slot in done if slot < num_kept]
