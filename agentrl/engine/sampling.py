@@ -58,6 +58,8 @@ class RowSampling:
             ],
             dtype=torch.float64,
         )
+        if device.type == "cuda":  # pinned: the copy queues behind running work instead of waiting for it
+            staged = staged.pin_memory()
         on_device = staged.to(device, non_blocking=True)  # [num_rows, 4]; top_k is exact in float64
         return RowSampling(
             temperatures=on_device[:, 0].float(),

@@ -398,11 +398,11 @@ class TransformersEngine:
         input_ids = [r.completion_ids[-1] for r in self._rows]
         positions = [r.cache_length for r in self._rows]
         self._grow_slots(max(positions) + 1)
-        sampling = self._row_sampling(self._rows)  # staged while the device is idle
         if self.decode_graphs is not None:
             logits = self.decode_graphs.run(input_ids, positions, self.slots.capacity)
         else:
             logits = self._forward(decode_inputs(input_ids, positions).to(self.device), first_slot=0)
+        sampling = self._row_sampling(self._rows)  # drawn and staged while the device runs the forward
         self._sample(logits, self._rows, sampling)
         for request in self._rows:
             request.cache_length += 1
@@ -446,8 +446,9 @@ class TransformersEngine:
 
     def _sample(self, logits: torch.Tensor, requests: list[Request], sampling: RowSampling) -> None:
         token_ids, logprobs = sample_next_tokens(logits, sampling)
-        for request, token_id, logprob in zip(requests, token_ids.tolist(), logprobs.tolist(), strict=True):
-            request.append(token_id, logprob)
+        picked = torch.stack([token_ids.double(), logprobs.double()]).tolist()  # one device-to-host copy
+        for request, token_id, logprob in zip(requests, *picked, strict=True):
+            request.append(int(token_id), logprob)
         self.stats.num_generated_tokens += len(requests)
 
     def _retire_rows(self) -> None:
