@@ -19,7 +19,7 @@ class ModelConfig(BaseModel):
 # Knobs that only one backend reads; setting one for the other backend is an error, not a no-op.
 _BUILT_IN_ONLY = (
     "device", "max_batch_size", "max_prefill_tokens", "prefix_cache_bytes", "prefix_block_size", "cuda_graphs",
-    "prefill_interval", "torch_compile",
+    "prefill_interval", "torch_compile", "fused_forward",
 )  # fmt: skip
 _SGLANG_ONLY = (
     "url", "launch", "launch_port", "launch_args", "startup_timeout_s", "request_timeout_s",
@@ -65,7 +65,13 @@ class EngineConfig(BaseModel):
     )
     torch_compile: bool = Field(
         False,
-        description="built-in engine: compile decoder layers' MLP and RMSNorms (fused kernels; compiles at start)",
+        description="built-in engine: compile decoder layers' MLP and RMSNorms where transformers' modules run "
+        "(CPU, or models fused_forward does not serve)",
+    )
+    fused_forward: bool = Field(
+        True,
+        description="built-in engine on CUDA: run Llama/Qwen2 models through the engine's Triton-fused forward "
+        "pass; false runs transformers' modules",
     )
     url: str | None = Field(
         None, description="sglang: base URL of a running server, e.g. http://127.0.0.1:30000"

@@ -32,6 +32,7 @@ def build_engine(
             cuda_graphs=engine.cuda_graphs,
             prefill_interval=engine.prefill_interval,
             torch_compile=engine.torch_compile,
+            fused_forward=engine.fused_forward,
             seed=seed,
         )
     from agentrl.engine.sglang_client import SGLangEngine

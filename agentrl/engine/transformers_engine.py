@@ -12,7 +12,8 @@ that keeps grouped key/value heads unexpanded (`slot_attention`). A prefix cache
 (`prefix_cache`) copies the keys/values of a prompt's already-seen start into the slot, so only
 the rest is prefilled: a group's members share their prompt's prefill and a later turn reuses
 the earlier turns'. A request whose prompt shares a block with one admitted in the same pass
-is prefilled in the iteration's next pass, once that block is cached. On CUDA, decode steps replay
+is prefilled in the iteration's next pass, once that block is cached. On CUDA, Llama and Qwen2
+models run through the engine's own fused forward pass (`fused_decoder`), and decode steps replay
 captured graphs (`decode_graphs`).
 
 Weight updates are fenced by submission order: `update_weights` waits until every request
@@ -30,6 +31,7 @@ import queue
 import random
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -156,6 +158,12 @@ class TransformersEngine:
             from agentrl.engine.fused_decoder import FusedDecoder  # Triton: CUDA machines only
 
             self.fused_decoder = FusedDecoder(self.model)  # before the parameters are listed below
+            if torch_compile:
+                warnings.warn(
+                    "torch_compile has no effect here: the fused forward runs this model on CUDA and no "
+                    "transformers module is left to compile (fused_forward=False compiles them instead)",
+                    stacklevel=2,
+                )
         elif torch_compile:
             compile_decoder_layers(self.model)
         self.eos_ids = eos_ids(model, tokenizer_or_eos_ids)
