@@ -46,15 +46,19 @@ class DecodeGraphs:
         self._graphs.clear()
         self._pool = None  # a pool whose graphs are all freed cannot take a new capture
 
-    def run(self, input_ids: list[int], positions: list[int], capacity: int) -> torch.Tensor:
-        """Logits [len(input_ids), vocab] of one decode step; keys up to max(positions) are read."""
-        num_rows = len(input_ids)
+    def run(self, input_ids: torch.Tensor, positions: list[int], capacity: int) -> torch.Tensor:
+        """Logits [len(positions), vocab] of one decode step; keys up to max(positions) are read.
+
+        `input_ids` [rows] are on the device (the previous step's samples, mostly). Padding rows
+        keep whatever ids the buffer holds from earlier steps: any valid id will do.
+        """
+        num_rows = len(positions)
         rows = bucket_rows(num_rows, self.max_rows)
         needed = max(positions) + 1
         key_length = min(capacity, -(-needed // self.length_step) * self.length_step)
-        padding = [0] * (rows - num_rows)
-        staged = torch.tensor([input_ids + padding, positions + padding], dtype=torch.long)
-        self._inputs[:, :rows].copy_(staged[:, :, None], non_blocking=True)
+        self._inputs[0, :num_rows, 0].copy_(input_ids)
+        staged = torch.tensor(positions + [0] * (rows - num_rows), dtype=torch.long).pin_memory()
+        self._inputs[1, :rows, 0].copy_(staged, non_blocking=True)  # pinned: no wait for the step in flight
         key = (rows, key_length)
         if key not in self._graphs:
             self._graphs[key] = self._capture(rows, key_length)

@@ -59,13 +59,13 @@ def prefill_inputs(prompts: list[list[int]], cached_lengths: list[int], first_sl
     )
 
 
-def decode_inputs(input_ids: list[int], positions: list[int]) -> StepInputs:
-    """One new token per row, rows 0.. in slot order, each stored at its position."""
-    position_tensor = torch.tensor(positions, dtype=torch.long)
+def decode_inputs(input_ids: torch.Tensor, positions: list[int]) -> StepInputs:
+    """One new token per row (`input_ids` [rows]), rows 0.. in slot order, each stored at its position."""
+    position_tensor = torch.tensor(positions, dtype=torch.long, device=input_ids.device)
     return StepInputs(
-        input_ids=torch.tensor(input_ids, dtype=torch.long)[:, None],
+        input_ids=input_ids[:, None],
         positions=position_tensor[:, None],
-        write_slots=torch.arange(len(input_ids)),
+        write_slots=torch.arange(len(positions), device=input_ids.device),
         write_positions=position_tensor,
         write_index=None,
         key_length=max(positions) + 1,

@@ -50,6 +50,7 @@ from agentrl.engine.model_setup import (
     slot_shape,
     validate_state_dict,
 )
+from agentrl.engine.pending_decode import PendingDecode
 from agentrl.engine.prefix_cache import PrefixCache
 from agentrl.engine.protocol import FinishReason, Generation, SamplingParams
 from agentrl.engine.request import Request
@@ -114,7 +115,10 @@ class TransformersEngine:
     the passes transformers' modules run (CPU, models the fused forward does not serve);
     `fused_forward`: on CUDA, run Llama and Qwen2 models through the engine's own forward pass
     (`fused_decoder`: nine kernels a layer; its q/k/v and gate/up parameters become views of
-    packed matrices). False runs transformers' modules, for comparison.
+    packed matrices). False runs transformers' modules, for comparison;
+    `overlap_decode`: launch each decode step before reading the previous one's tokens, so the
+    host's bookkeeping runs while the device computes (`pending_decode`); None: on CUDA only (on
+    CPU the forward itself runs on the host, so there is nothing to overlap).
     The engine routes the model's attention through its own function (`slot_attention`);
     other forward calls on the model still compute plain SDPA attention.
     """
@@ -138,6 +142,7 @@ class TransformersEngine:
         prefill_interval: int = 1,
         torch_compile: bool = False,
         fused_forward: bool = True,
+        overlap_decode: bool | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
@@ -173,6 +178,8 @@ class TransformersEngine:
         self.max_prefill_tokens = max_prefill_tokens
         self.prefill_interval = prefill_interval
         self._decodes_since_prefill = 0
+        self.overlap_decode = self.device.type == "cuda" if overlap_decode is None else overlap_decode
+        self._pending: PendingDecode | None = None  # a launched decode step whose tokens are unread
         self.policy_version = policy_version
         self.stats = EngineStats()
         self._on_step = on_step
@@ -296,7 +303,7 @@ class TransformersEngine:
 
     def _take_commands(self) -> bool:
         """Move submitted commands into the waiting queue; False once shutdown was asked for."""
-        block = not self._rows and not self._waiting
+        block = not self._rows and not self._waiting and self._pending is None
         while True:
             try:
                 command = self._inbox.get(block=block)
@@ -311,11 +318,15 @@ class TransformersEngine:
         """One scheduling iteration: drop cancelled, apply a due update, prefill, decode."""
         self._waiting = collections.deque(item for item in self._waiting if not item.cancelled)
         self._retire_rows()
+        if not self._rows:
+            self._read_pending_decode()  # only finished rows' dropped tokens are left in it
         if self._waiting and isinstance(self._waiting[0], WeightUpdate) and not self._rows:
             self._apply_update(self._waiting.popleft())
             return
         due = not self._rows or self._decodes_since_prefill >= self.prefill_interval
         budget = self.max_prefill_tokens if due else 0
+        if budget and self._waiting and isinstance(self._waiting[0], Request):
+            self._read_pending_decode()  # admission needs every row's finished state first
         first_pass = True
         while budget > 0 and (admitted := self._admit(budget, first_pass)):
             budget -= self._prefill(admitted)
@@ -403,20 +414,53 @@ class TransformersEngine:
         return [min(m.num_tokens, len(r.prompt_ids) - 1) for m, r in zip(matches, requests, strict=True)]
 
     def _decode(self) -> None:
-        input_ids = [r.completion_ids[-1] for r in self._rows]
-        positions = [r.cache_length for r in self._rows]
+        """Launch a decode step for every running row; then read the previous step's tokens.
+
+        With overlap, the host reads step N's tokens while the device runs step N+1, which was
+        launched before the host knew which rows step N finished: such a row computes one extra
+        token in step N+1, which is dropped (the key/value it stores, its last kept token's, is valid).
+        """
+        previous, self._pending = self._pending, self._launch_decode(self._pending)
+        if previous is not None:
+            self._finish_decode(previous)
+        if not self.overlap_decode:
+            self._read_pending_decode()
+
+    def _launch_decode(self, previous: PendingDecode | None) -> PendingDecode:
+        requests = list(self._rows)
+        positions = [r.cache_length for r in requests]
         self._grow_slots(max(positions) + 1)
+        if previous is None:
+            input_ids = torch.tensor([r.completion_ids[-1] for r in requests]).to(self.device)
+        else:
+            input_ids = previous.next_input_ids(requests, self.device)
         if self.decode_graphs is not None:
             logits = self.decode_graphs.run(input_ids, positions, self.slots.capacity)
         else:
-            logits = self._forward(decode_inputs(input_ids, positions).to(self.device), first_slot=0)
-        sampling = self._row_sampling(self._rows)  # drawn and staged while the device runs the forward
-        self._sample(logits, self._rows, sampling)
-        for request in self._rows:
+            logits = self._forward(decode_inputs(input_ids, positions), first_slot=0)
+        sampling = self._row_sampling(requests)  # drawn and staged while the device runs the forward
+        token_ids, logprobs = sample_next_tokens(logits, sampling)
+        for request in requests:
             request.cache_length += 1
         self._decodes_since_prefill += 1
-        self._record(StepKind.DECODE, self._rows, num_tokens=len(self._rows))
+        return PendingDecode.launch(requests, token_ids, logprobs)
+
+    def _finish_decode(self, step: PendingDecode) -> None:
+        """Append a launched step's tokens to the rows it did not find finished; retire finished rows."""
+        live = [r for r in step.requests if r.finish_reason is None]  # others finished a step earlier
+        for request, token_id, logprob in zip(step.requests, *step.read(), strict=True):
+            if request.finish_reason is None:
+                request.append(int(token_id), logprob)
+        if live:
+            self.stats.num_generated_tokens += len(live)
+            self._record(StepKind.DECODE, live, num_tokens=len(step.requests))
         self._retire_rows()
+
+    def _read_pending_decode(self) -> None:
+        """Finish the launched decode step, if any (before admitting, updating weights or idling)."""
+        if self._pending is not None:
+            step, self._pending = self._pending, None
+            self._finish_decode(step)
 
     def _grow_slots(self, num_positions: int) -> None:
         if self.slots.ensure_capacity(num_positions) and self.decode_graphs is not None:
@@ -454,7 +498,7 @@ class TransformersEngine:
 
     def _sample(self, logits: torch.Tensor, requests: list[Request], sampling: RowSampling) -> None:
         token_ids, logprobs = sample_next_tokens(logits, sampling)
-        picked = torch.stack([token_ids.double(), logprobs.double()]).tolist()  # one device-to-host copy
+        picked = torch.stack([token_ids.double(), logprobs.double()]).tolist()  # one copy to the host
         for request, token_id, logprob in zip(requests, *picked, strict=True):
             request.append(int(token_id), logprob)
         self.stats.num_generated_tokens += len(requests)
@@ -506,6 +550,7 @@ class TransformersEngine:
             resolve_future(update.future, result=None)
 
     def _fail_rows(self, error: BaseException) -> None:
+        self._pending = None  # its unfinished rows are among self._rows
         for request in self._rows:
             resolve_future(request.future, error=error)
         self._rows = []
