@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 import torch
 
+from agentrl.engine.host_copy import to_device
+
 DecodeForward = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 """(input_ids [rows, 1], positions [rows, 1], key_length) -> logits [rows, vocab]."""
 
@@ -57,8 +59,9 @@ class DecodeGraphs:
         needed = max(positions) + 1
         key_length = min(capacity, -(-needed // self.length_step) * self.length_step)
         self._inputs[0, :num_rows, 0].copy_(input_ids)
-        staged = torch.tensor(positions + [0] * (rows - num_rows), dtype=torch.long).pin_memory()
-        self._inputs[1, :rows, 0].copy_(staged, non_blocking=True)  # pinned: no wait for the step in flight
+        self._inputs[1, :rows, 0].copy_(
+            to_device(positions + [0] * (rows - num_rows), torch.long, self._inputs.device)
+        )
         key = (rows, key_length)
         if key not in self._graphs:
             self._graphs[key] = self._capture(rows, key_length)

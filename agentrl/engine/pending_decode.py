@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from agentrl.engine.host_copy import to_device
 from agentrl.engine.request import Request
 
 
@@ -50,13 +51,9 @@ class PendingDecode:
         device); any other request (just prefilled) from its last token on the host.
         """
         rows = {request: row for row, request in enumerate(self.requests)}
-        staged = torch.tensor(
-            [
-                [rows.get(r, -1) for r in requests],
-                [0 if r in rows else r.completion_ids[-1] for r in requests],
-            ]
-        )
-        if device.type == "cuda":  # pinned: a pageable copy would wait for the step in flight
-            staged = staged.pin_memory()
-        sources, host_ids = staged.to(device, non_blocking=True)
+        staged = [
+            [rows.get(r, -1) for r in requests],
+            [0 if r in rows else r.completion_ids[-1] for r in requests],
+        ]
+        sources, host_ids = to_device(staged, torch.long, device)
         return torch.where(sources >= 0, self.token_ids[sources.clamp(min=0)], host_ids)

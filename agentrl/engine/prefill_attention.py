@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from agentrl.engine.host_copy import to_device
+
 BLOCK_TOKENS = 64  # query tokens per program
 BLOCK_KEYS = 64  # keys per inner iteration
 
@@ -73,7 +75,7 @@ def prefill_tiles(first_slot: int, spans: list[tuple[int, int]], device: torch.d
             count = min(BLOCK_TOKENS, num_tokens - offset)
             tiles.append((first_slot + row, first_token + offset, count, first_position + offset))
         first_token += num_tokens
-    return torch.tensor(tiles, dtype=torch.int32).to(device, non_blocking=True)
+    return to_device(tiles, torch.int32, device)
 
 
 def prefill_attention(

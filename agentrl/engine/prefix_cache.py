@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from agentrl.engine.host_copy import to_device
 from agentrl.engine.slot_cache import SlotKVCache
 
 _ROOT = 0
@@ -158,7 +159,7 @@ class PrefixCache:
             for block_id, slot, start in pairs
             for offset in range(size)
         ]
-        indices = torch.tensor(rows, dtype=torch.long).T.to(self.keys.device, non_blocking=True)  # one copy
+        indices = to_device(rows, torch.long, self.keys.device).T  # one copy
         return indices[:2], indices[2], indices[3]
 
     def _allocate(self, protected: set[int]) -> int | None:

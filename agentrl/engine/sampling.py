@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from agentrl.engine.host_copy import to_device
 from agentrl.engine.protocol import SamplingParams
 
 CDF_BLOCK = 1024  # tokens per block of the two-level cumulative sum
@@ -51,21 +52,19 @@ class RowSampling:
         params: list[SamplingParams], generators: list[random.Random], device: torch.device
     ) -> RowSampling:
         """Draw one uniform per sampled row from that row's own generator; one host-to-device copy."""
-        staged = torch.tensor(
-            [
-                [p.temperature, p.top_k, p.top_p, g.random() if p.temperature > 0 else 0.0]
-                for p, g in zip(params, generators, strict=True)
-            ],
-            dtype=torch.float64,
-        )
-        if device.type == "cuda":  # pinned: the copy queues behind running work instead of waiting for it
-            staged = staged.pin_memory()
-        on_device = staged.to(device, non_blocking=True)  # [num_rows, 4]; top_k is exact in float64
+        uniforms = [g.random() if p.temperature > 0 else 0.0 for p, g in zip(params, generators, strict=True)]
+        staged = [
+            [p.temperature for p in params],
+            [p.top_k for p in params],
+            [p.top_p for p in params],
+            uniforms,
+        ]
+        on_device = to_device(staged, torch.float64, device)  # [4, num_rows]; top_k is exact in float64
         return RowSampling(
-            temperatures=on_device[:, 0].float(),
-            top_ks=on_device[:, 1].long(),
-            top_ps=on_device[:, 2].float(),
-            uniforms=on_device[:, 3],
+            temperatures=on_device[0].float(),
+            top_ks=on_device[1].long(),
+            top_ps=on_device[2].float(),
+            uniforms=on_device[3],
             all_greedy=all(p.temperature == 0 for p in params),
             max_top_k=max(p.top_k for p in params),
             any_top_p=any(p.top_p < 1 for p in params),

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from agentrl.engine.host_copy import to_device
+
 
 class SlotKVCache:
     """Preallocated key/value storage, one slot per batch row."""
@@ -66,8 +68,7 @@ class SlotKVCache:
         """Copy whole slots `sources[i]` into `destinations[i]` (the two lists are disjoint)."""
         if not sources:
             return
-        src = torch.tensor(sources, device=self.device)
-        dst = torch.tensor(destinations, device=self.device)
+        src, dst = to_device([sources, destinations], torch.long, self.device)
         self.keys[:, dst] = self.keys[:, src]
         self.values[:, dst] = self.values[:, src]
 

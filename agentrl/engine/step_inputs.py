@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from agentrl.engine.host_copy import to_device
+
 
 @dataclass(frozen=True)
 class StepInputs:
@@ -61,7 +63,7 @@ def prefill_inputs(prompts: list[list[int]], cached_lengths: list[int], first_sl
 
 def decode_inputs(input_ids: torch.Tensor, positions: list[int]) -> StepInputs:
     """One new token per row (`input_ids` [rows]), rows 0.. in slot order, each stored at its position."""
-    position_tensor = torch.tensor(positions, dtype=torch.long, device=input_ids.device)
+    position_tensor = to_device(positions, torch.long, input_ids.device)
     return StepInputs(
         input_ids=input_ids[:, None],
         positions=position_tensor[:, None],

@@ -41,6 +41,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from agentrl.compiled_layers import compile_decoder_layers
 from agentrl.engine.decode_graphs import DecodeGraphs
+from agentrl.engine.host_copy import to_device
 from agentrl.engine.model_setup import (
     attention_backends,
     check_full_attention,
@@ -431,7 +432,7 @@ class TransformersEngine:
         positions = [r.cache_length for r in requests]
         self._grow_slots(max(positions) + 1)
         if previous is None:
-            input_ids = torch.tensor([r.completion_ids[-1] for r in requests]).to(self.device)
+            input_ids = to_device([r.completion_ids[-1] for r in requests], torch.long, self.device)
         else:
             input_ids = previous.next_input_ids(requests, self.device)
         if self.decode_graphs is not None:

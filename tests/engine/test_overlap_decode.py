@@ -35,13 +35,12 @@ async def test_overlapped_decoding_samples_and_records_what_step_by_step_decodin
     overlapped = await generate(any_tiny_model, prompts, params, max_prefill_tokens=1, overlap_decode=True)
     assert_same_generations(overlapped[0], plain[0])
     assert {g.finish_reason for g in plain[0]} == {FinishReason.STOP, FinishReason.LENGTH}
-    # Rows are recorded only in steps whose token they kept (the order of rows within a step may
-    # differ: a finished row leaves one launch later, so the batch is compacted later).
-    assert [(kind, sorted(ids)) for kind, ids in overlapped[1]] == [
-        (kind, sorted(ids)) for kind, ids in plain[1]
-    ]
-    assert overlapped[2].num_decode_steps == plain[2].num_decode_steps
-    assert overlapped[2].num_generated_tokens == sum(len(g.completion_ids) for g in plain[0])
+    # A row is recorded only in the decode steps whose token it kept: one per token after the first.
+    generations, records, stats = overlapped
+    for request_id, generation in enumerate(generations):
+        steps = [ids for kind, ids in records if kind is StepKind.DECODE and request_id in ids]
+        assert len(steps) == len(generation.completion_ids) - 1
+    assert stats.num_generated_tokens == sum(len(g.completion_ids) for g in generations)
 
 
 async def test_overlapped_decoding_with_the_prefix_cache_matches_it_without_overlap():
