@@ -10,13 +10,13 @@ import importlib
 from typing import Any
 
 _HOMES = {
-    "EngineStats": "transformers_engine",
+    "EngineStats": "engine_records",
     "FinishReason": "protocol",
     "Generation": "protocol",
     "InferenceEngine": "protocol",
     "SamplingParams": "protocol",
-    "StepKind": "transformers_engine",
-    "StepRecord": "transformers_engine",
+    "StepKind": "engine_records",
+    "StepRecord": "engine_records",
     "TransformersEngine": "transformers_engine",
 }
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import enum
 import itertools
 import queue
 import random
@@ -33,14 +32,15 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Self
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from agentrl.compiled_layers import compile_decoder_layers
+from agentrl.engine.admission import admit
 from agentrl.engine.decode_graphs import DecodeGraphs
+from agentrl.engine.engine_records import EngineStats, StepKind, StepRecord, WeightUpdate
 from agentrl.engine.host_copy import to_device
 from agentrl.engine.model_setup import (
     attention_backends,
@@ -61,44 +61,6 @@ from agentrl.engine.slot_cache import SlotForward, SlotKVCache, causal_slot_mask
 from agentrl.engine.step_inputs import StepInputs, decode_inputs, prefill_inputs
 
 _SHUTDOWN = object()
-
-
-class StepKind(str, enum.Enum):
-    """Which kind of forward pass the scheduler ran."""
-
-    PREFILL = "prefill"  # prompts of newly admitted requests, left-padded into one pass
-    DECODE = "decode"  # one new token for every running row
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """One forward pass, as reported to the engine's `on_step` observer."""
-
-    kind: StepKind
-    request_ids: tuple[int, ...]  # the rows of this forward pass, in batch order
-    num_tokens: int  # input positions computed, padding included
-
-
-@dataclass
-class EngineStats:
-    """Counters since the engine started; written by the scheduler thread only."""
-
-    num_prefill_steps: int = 0
-    num_decode_steps: int = 0
-    num_generated_tokens: int = 0
-    num_prompt_tokens: int = 0  # prompt tokens of admitted requests
-    num_prefix_cached_tokens: int = 0  # of those, read from the prefix cache instead of prefilled
-    weight_sync_seconds: float = 0.0  # the last update_weights' in-place copy, device work included
-
-
-@dataclass(eq=False)
-class WeightUpdate:
-    """A queued `update_weights` call; applied once no row is running."""
-
-    state_dict: dict[str, torch.Tensor]
-    version: int
-    future: asyncio.Future
-    cancelled: bool = field(default=False, init=False)  # updates are never dropped
 
 
 class TransformersEngine:
@@ -336,49 +298,9 @@ class TransformersEngine:
             self._decode()
 
     def _admit(self, budget: int, first_pass: bool) -> list[Request]:
-        """Take waiting requests in order, up to free rows and `budget` prefill tokens.
-
-        A request whose next uncached prompt block an already admitted request is about to
-        compute is passed over: the iteration's next prefill pass, right after this one, finds
-        that block cached and admits it (a group's members prefill their shared prompt once).
-        The first pass of an iteration always admits its first request, however long.
-        """
-        admitted: list[Request] = []
-        passed_over: list[Request] = []
-        width = 0
-        pending_blocks: set[int] = set()
-        while self._waiting and isinstance(self._waiting[0], Request):
-            if len(self._rows) + len(admitted) >= self.max_batch_size:
-                break
-            prompt = self._waiting[0].prompt_ids
-            cached = self.prefix_cache.peek(prompt) if self.prefix_cache else 0
-            blocks = self._block_hashes(prompt)
-            next_block = cached // self._block_size
-            if len(blocks) > next_block and blocks[next_block] in pending_blocks:
-                passed_over.append(self._waiting.popleft())
-                continue
-            new_width = max(width, len(prompt) - min(cached, len(prompt) - 1))
-            if (admitted or not first_pass) and new_width * (len(admitted) + 1) > budget:
-                break
-            admitted.append(self._waiting.popleft())
-            pending_blocks.update(blocks[next_block:])
-            width = new_width
-        self._waiting.extendleft(reversed(passed_over))  # back in submission order
-        return admitted
-
-    @property
-    def _block_size(self) -> int:
-        return self.prefix_cache.block_size if self.prefix_cache else 1
-
-    def _block_hashes(self, token_ids: list[int]) -> list[int]:
-        """One hash per full block, chained so that equal hashes mean equal prefixes (up to collisions)."""
-        if self.prefix_cache is None:
-            return []
-        size, hashes, previous = self.prefix_cache.block_size, [], 0
-        for start in range(0, len(token_ids) - size + 1, size):
-            previous = hash((previous, tuple(token_ids[start : start + size])))
-            hashes.append(previous)
-        return hashes
+        num_free_rows = self.max_batch_size - len(self._rows)
+        return admit(self._waiting, num_free_rows=num_free_rows, budget=budget, first_pass=first_pass,
+                     prefix_cache=self.prefix_cache)  # fmt: skip
 
     def _prefill(self, requests: list[Request]) -> int:
         """One prefill pass over `requests`; returns the tokens it computed, padding included."""

@@ -1,0 +1,58 @@
+"""Inference stage, admission: which waiting requests the next prefill pass takes.
+
+Requests are taken in submission order, up to the free batch rows and the pass's token budget
+(its left-padded width times its rows). A request whose next uncached prompt block a request
+already taken is about to compute is passed over: the iteration's next prefill pass, right after
+this one, finds that block cached and takes it, so a group's members prefill their shared prompt
+once.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from agentrl.engine.prefix_cache import PrefixCache
+from agentrl.engine.request import Request
+
+
+def admit(
+    waiting: collections.deque,
+    *,
+    num_free_rows: int,
+    budget: int,
+    first_pass: bool,
+    prefix_cache: PrefixCache | None,
+) -> list[Request]:
+    """Pop the requests of the next prefill pass from the front of `waiting` (which may hold other commands).
+
+    The first pass of an iteration always takes its first request, however long.
+    """
+    admitted: list[Request] = []
+    passed_over: list[Request] = []
+    width = 0
+    pending_blocks: set[int] = set()
+    while waiting and isinstance(waiting[0], Request) and len(admitted) < num_free_rows:
+        prompt = waiting[0].prompt_ids
+        cached = prefix_cache.peek(prompt) if prefix_cache else 0
+        blocks = block_hashes(prompt, prefix_cache.block_size) if prefix_cache else []
+        next_block = cached // prefix_cache.block_size if prefix_cache else 0
+        if len(blocks) > next_block and blocks[next_block] in pending_blocks:
+            passed_over.append(waiting.popleft())
+            continue
+        new_width = max(width, len(prompt) - min(cached, len(prompt) - 1))
+        if (admitted or not first_pass) and new_width * (len(admitted) + 1) > budget:
+            break
+        admitted.append(waiting.popleft())
+        pending_blocks.update(blocks[next_block:])
+        width = new_width
+    waiting.extendleft(reversed(passed_over))  # back in submission order
+    return admitted
+
+
+def block_hashes(token_ids: list[int], block_size: int) -> list[int]:
+    """One hash per full block, chained so that equal hashes mean equal prefixes (up to collisions)."""
+    hashes, previous = [], 0
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        previous = hash((previous, tuple(token_ids[start : start + block_size])))
+        hashes.append(previous)
+    return hashes
