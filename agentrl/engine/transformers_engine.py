@@ -370,9 +370,10 @@ class TransformersEngine:
 
     def _finish_decode(self, step: PendingDecode) -> None:
         """Append a launched step's tokens to the rows it did not find finished; retire finished rows."""
-        live = [r for r in step.requests if r.finish_reason is None]  # others finished a step earlier
+        # Rows finished by an earlier step (or cancelled since the launch) keep no token.
+        live = [r for r in step.requests if r.finish_reason is None and not r.cancelled]
         for request, token_id, logprob in zip(step.requests, *step.read(), strict=True):
-            if request.finish_reason is None:
+            if request.finish_reason is None and not request.cancelled:
                 request.append(int(token_id), logprob)
         if live:
             self.stats.num_generated_tokens += len(live)

@@ -1,7 +1,8 @@
 """Overlapped decoding (each step launched before the previous one is read): nothing observable changes.
 
 On CUDA the engine overlaps by default; here the same scheduler runs on CPU with the overlap
-forced on and is compared with reading every step at once.
+forced on and is compared with reading every step at once. The weight-update and cancellation
+tests of `test_engine_lifecycle` run with and without it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import asyncio
 
 from agentrl.engine import FinishReason, SamplingParams, StepKind, TransformersEngine
 from tests.engine.conftest import tiny_qwen2
-from tests.engine.test_engine_lifecycle import PROMPT, StepGate, greedy_alone
 from tests.engine.test_transformers_engine import MIXED, PROMPTS, assert_same_generations
 
 STOPPING = [
@@ -49,45 +49,3 @@ async def test_overlapped_decoding_with_the_prefix_cache_matches_it_without_over
     plain = await generate(tiny_qwen2(), [prompt] * 4, params, overlap_decode=False)
     overlapped = await generate(tiny_qwen2(), [prompt] * 4, params, overlap_decode=True)
     assert_same_generations(overlapped[0], plain[0])
-
-
-async def test_with_overlap_a_weight_update_waits_for_running_requests():
-    expected_old, expected_new = (
-        await greedy_alone(tiny_qwen2(seed=0)),
-        await greedy_alone(tiny_qwen2(seed=1)),
-    )
-    gate = StepGate(hold_after_decode=1)
-    async with TransformersEngine(tiny_qwen2(seed=0), [], on_step=gate, overlap_decode=True) as engine:
-        greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
-        running = asyncio.create_task(engine.generate(PROMPT, greedy))
-        await gate.wait_reached()
-        update = asyncio.create_task(engine.update_weights(tiny_qwen2(seed=1).state_dict(), version=1))
-        await asyncio.sleep(0)
-        later = asyncio.create_task(engine.generate(PROMPT, greedy))
-        await asyncio.sleep(0)
-        gate.released.set()
-        before, _, after = await asyncio.gather(running, update, later)
-    assert (before.completion_ids, before.policy_version) == (expected_old, 0)
-    assert (after.completion_ids, after.policy_version) == (expected_new, 1)
-
-
-async def test_with_overlap_a_cancelled_request_leaves_and_the_next_one_is_unaffected():
-    gate = StepGate(hold_after_decode=2)
-    async with TransformersEngine(tiny_qwen2(), [], on_step=gate, overlap_decode=True) as engine:
-        doomed = asyncio.create_task(engine.generate(PROMPT, SamplingParams(max_new_tokens=50)))
-        await gate.wait_reached()
-        doomed.cancel()
-        await asyncio.sleep(0)
-        gate.released.set()
-        survivor = await engine.generate([7, 8], SamplingParams(max_new_tokens=3, temperature=0.0))
-    assert doomed.cancelled()
-    alone = await greedy_alone_of([7, 8], tiny_qwen2())
-    assert survivor.completion_ids == alone
-    assert gate.records[-2:] == [(StepKind.DECODE, (1,)), (StepKind.DECODE, (1,))]
-
-
-async def greedy_alone_of(prompt, model) -> list[int]:
-    async with TransformersEngine(model, []) as engine:
-        return (
-            await engine.generate(prompt, SamplingParams(max_new_tokens=3, temperature=0.0))
-        ).completion_ids
