@@ -24,31 +24,10 @@ from transformers import PreTrainedModel
 
 from agentrl.engine.decode_attention import decode_attention
 from agentrl.engine.fused_kernels import add_rms_norm, rotary_store, silu_and_multiply
-from agentrl.engine.model_setup import fused_forward_unsupported
+from agentrl.engine.model_setup import fused_forward_unsupported, pack_linears
 from agentrl.engine.prefill_attention import prefill_attention, prefill_tiles
 from agentrl.engine.slot_cache import SlotKVCache
 from agentrl.engine.step_inputs import StepInputs
-
-
-def pack_linears(linears: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One weight (and bias) stacking the outputs of `linears`; their parameters become views of it."""
-    weight = torch.cat([linear.weight.detach() for linear in linears])
-    has_bias = any(linear.bias is not None for linear in linears)
-    bias = None
-    if has_bias:
-        bias = torch.cat([
-            linear.bias.detach() if linear.bias is not None else weight.new_zeros(linear.out_features)
-            for linear in linears
-        ])  # fmt: skip
-    start = 0
-    for linear in linears:
-        end = start + linear.out_features
-        linear.weight = torch.nn.Parameter(weight[start:end], requires_grad=False)
-        if linear.bias is not None:
-            linear.bias = torch.nn.Parameter(bias[start:end], requires_grad=False)
-        start = end
-    return weight, bias
-
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """(queries [tokens, heads, dim], one layer's keys, values [slots, kv_heads, capacity, dim]) -> [tokens, heads, dim]."""

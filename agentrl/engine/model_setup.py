@@ -48,6 +48,26 @@ def fused_forward_unsupported(model: PreTrainedModel) -> str | None:
     return None
 
 
+def pack_linears(linears: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias) stacking the outputs of `linears`; their parameters become views of it."""
+    weight = torch.cat([linear.weight.detach() for linear in linears])
+    has_bias = any(linear.bias is not None for linear in linears)
+    bias = None
+    if has_bias:
+        bias = torch.cat([
+            linear.bias.detach() if linear.bias is not None else weight.new_zeros(linear.out_features)
+            for linear in linears
+        ])  # fmt: skip
+    start = 0
+    for linear in linears:
+        end = start + linear.out_features
+        linear.weight = torch.nn.Parameter(weight[start:end], requires_grad=False)
+        if linear.bias is not None:
+            linear.bias = torch.nn.Parameter(bias[start:end], requires_grad=False)
+        start = end
+    return weight, bias
+
+
 def slot_shape(model: PreTrainedModel) -> dict[str, int]:
     """Layer count and key/value head shape, as `SlotKVCache` takes them."""
     config = model.config

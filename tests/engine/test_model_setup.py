@@ -1,0 +1,42 @@
+"""What the engine does to a model before serving it: packing projections, choosing the fused forward."""
+
+from __future__ import annotations
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from agentrl.engine.model_setup import fused_forward_unsupported, pack_linears
+from tests.engine.conftest import tiny_llama, tiny_qwen2
+
+
+def test_packed_projections_keep_their_values_and_share_the_packed_storage():
+    attention = tiny_qwen2().model.layers[0].self_attn
+    linears = [attention.q_proj, attention.k_proj, attention.v_proj]
+    before = [(linear.weight.detach().clone(), linear.bias.detach().clone()) for linear in linears]
+    weight, bias = pack_linears(linears)
+    assert weight.shape == (32 + 16 + 16, 32) and bias.shape == (64,)  # 4 query heads, 2 key/value heads of 8
+    for linear, (old_weight, old_bias) in zip(linears, before, strict=True):
+        assert torch.equal(linear.weight, old_weight) and torch.equal(linear.bias, old_bias)
+    assert torch.equal(weight, torch.cat([w for w, _ in before])) and torch.equal(
+        bias, torch.cat([b for _, b in before])
+    )
+    # An in-place copy into a parameter (what update_weights does) lands in the packed matrix.
+    attention.k_proj.weight.copy_(torch.full((16, 32), 7.0))
+    attention.v_proj.bias.copy_(torch.arange(16.0))
+    assert torch.equal(weight[32:48], torch.full((16, 32), 7.0)) and torch.equal(
+        bias[48:], torch.arange(16.0)
+    )
+
+
+def test_packing_projections_without_biases_packs_no_bias():
+    mlp = tiny_llama().model.layers[0].mlp
+    weight, bias = pack_linears([mlp.gate_proj, mlp.up_proj])
+    assert weight.shape == (128, 32) and bias is None
+    assert mlp.gate_proj.weight.data_ptr() == weight.data_ptr()
+
+
+def test_the_fused_forward_serves_llama_and_qwen2_and_names_why_it_skips_others():
+    assert fused_forward_unsupported(tiny_qwen2()) is None
+    assert fused_forward_unsupported(tiny_llama()) is None
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32))
+    assert fused_forward_unsupported(gpt2) == "model_type 'gpt2' is not one of ['llama', 'qwen2']"
