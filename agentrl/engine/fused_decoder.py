@@ -80,8 +80,8 @@ class FusedDecoder:
     def forward(self, inputs: StepInputs, first_slot: int, storage: SlotKVCache) -> torch.Tensor:
         """Logits of each row's last position, [num_rows, vocab]; keys/values stored as `inputs` says.
 
-        Only real tokens go through the layers: left padding is dropped before the embedding and
-        rebuilt nowhere: prefill attention reads packed tokens (`prefill_attention`).
+        Only real tokens go through the layers: left padding is dropped before the embedding, and
+        prefill attention reads the packed tokens as they are (`prefill_attention`).
         """
         num_rows, width = inputs.input_ids.shape
         real = inputs.write_index  # None: every position is a real token (decode)

@@ -108,9 +108,9 @@ class PrefixCache:
             for index, block_id in enumerate(match.block_ids)
         ]
         if pairs:
-            blocks, slots, positions = self._token_indices(pairs)
+            blocks, offsets, slots, positions = self._token_indices(pairs)
             for pool, storage in ((self.keys, self.slots.keys), (self.values, self.slots.values)):
-                storage[:, slots, :, positions] = pool[:, blocks[0], :, blocks[1]]
+                storage[:, slots, :, positions] = pool[:, blocks, :, offsets]
 
     def insert_from_slots(self, sequences: list[tuple[list[int], int]]) -> int:
         """Cache every full block of each `(token_ids, slot)`, in one copy; returns blocks added.
@@ -123,9 +123,9 @@ class PrefixCache:
         for token_ids, slot in sequences:
             pairs += [(block_id, slot, start) for block_id, start in self._add_blocks(token_ids, protected)]
         if pairs:
-            blocks, slots, positions = self._token_indices(pairs)
+            blocks, offsets, slots, positions = self._token_indices(pairs)
             for pool, storage in ((self.keys, self.slots.keys), (self.values, self.slots.values)):
-                pool[:, blocks[0], :, blocks[1]] = storage[:, slots, :, positions]
+                pool[:, blocks, :, offsets] = storage[:, slots, :, positions]
         return len(pairs)
 
     def _add_blocks(self, token_ids: list[int], protected: set[int]) -> list[tuple[int, int]]:
@@ -149,18 +149,23 @@ class PrefixCache:
             self._blocks.move_to_end(key)
         return added
 
-    def _token_indices(
-        self, pairs: list[tuple[int, int, int]]
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per token of the (block, slot, first position) pairs: ([block, offset], slot, position) indices."""
-        size = self.block_size
-        rows = [
-            (block_id, offset, slot, start + offset)
-            for block_id, slot, start in pairs
-            for offset in range(size)
-        ]
-        indices = to_device(rows, torch.long, self.keys.device).T  # one copy
-        return indices[:2], indices[2], indices[3]
+    def _token_indices(self, pairs: list[tuple[int, int, int]]) -> tuple[torch.Tensor, ...]:
+        """(block, offset in the block, slot, slot position) of every token of the (block, slot, first position) pairs.
+
+        One copy of the pairs to the device; the per-token indices are expanded there.
+        """
+        block_ids, slots, starts = to_device(pairs, torch.long, self.keys.device).T  # [blocks] each
+        offsets = torch.arange(self.block_size, device=self.keys.device)
+
+        def per_token(per_block: torch.Tensor) -> torch.Tensor:
+            return per_block[:, None].expand(-1, self.block_size).reshape(-1)
+
+        return (
+            per_token(block_ids),
+            offsets.repeat(len(pairs)),
+            per_token(slots),
+            (starts[:, None] + offsets).reshape(-1),
+        )
 
     def _allocate(self, protected: set[int]) -> int | None:
         """A free block, evicting the least recently used unprotected one if none is free."""

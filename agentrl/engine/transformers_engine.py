@@ -370,11 +370,11 @@ class TransformersEngine:
 
     def _finish_decode(self, step: PendingDecode) -> None:
         """Append a launched step's tokens to the rows it did not find finished; retire finished rows."""
-        # Rows finished by an earlier step (or cancelled since the launch) keep no token.
-        live = [r for r in step.requests if r.finish_reason is None and not r.cancelled]
+        live = []  # rows finished by an earlier step (or cancelled since the launch) keep no token
         for request, token_id, logprob in zip(step.requests, *step.read(), strict=True):
             if request.finish_reason is None and not request.cancelled:
                 request.append(int(token_id), logprob)
+                live.append(request)
         if live:
             self.stats.num_generated_tokens += len(live)
             self._record(StepKind.DECODE, live, num_tokens=len(step.requests))
