@@ -1,10 +1,13 @@
-"""Model side, shared by trainer and engine: compile the elementwise parts of decoder layers.
+"""Model side, shared by trainer and engine: compile decoder layers, whole or their elementwise parts.
 
-Eager, a decoder layer's RMSNorm is a chain of elementwise passes over its activations and the
-MLP's gated activation two more; compiled, each part becomes a few fused kernels. Attention and the
-projections stay as they are (their kernels are already fused, and attention goes through the
-caller's own function), so the compiled graphs are small, compile in seconds and never break
-on the caller's attention.
+Eager, a decoder layer's RMSNorm is a chain of elementwise passes over its activations, the
+rotary embedding and the residual adds several more, and every op is a kernel launch from
+Python. The trainer compiles each layer's whole forward (`compile_layer`): the elementwise work
+fuses into a few kernels around the projections, and far fewer launches leave the host.
+Attention functions that must not be traced (the packed trainer's per-document loop) are marked
+`torch.compiler.disable` and run eagerly between two compiled graphs. The engine compiles only
+the MLP and RMSNorms (`compile_elementwise_parts`): its attention goes through its own slot
+storage, which the compiled graphs must never break on.
 """
 
 from __future__ import annotations
@@ -28,6 +31,12 @@ def compile_elementwise_parts(layer: torch.nn.Module) -> None:
     for part in parts:
         if not hasattr(part.forward, "_torchdynamo_orig_callable"):  # compiled once per module
             part.forward = torch.compile(part.forward, dynamic=True)
+
+
+def compile_layer(layer: torch.nn.Module) -> None:
+    """Compile the layer's whole forward. Token counts change from batch to batch: shapes are dynamic."""
+    if not hasattr(layer.forward, "_torchdynamo_orig_callable"):  # compiled once per module
+        layer.forward = torch.compile(layer.forward, dynamic=True)
 
 
 def decoder_layers(model: PreTrainedModel) -> list[torch.nn.Module]:

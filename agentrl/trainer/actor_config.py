@@ -66,7 +66,10 @@ class ActorConfig(BaseModel):
     )
     use_torch_compile: bool = Field(
         False,
-        description="Compile each decoder layer's MLP and RMSNorms with torch.compile (fused elementwise work; first step compiles).",
+        description=(
+            "Compile each decoder layer's forward, and the head's per-chunk float32 work, with "
+            "torch.compile (fused elementwise work; the first step compiles)."
+        ),
     )
     logprob_chunk_size: int = Field(
         2048,

@@ -8,9 +8,10 @@ scaled-dot-product attention, which runs on the flash kernel on CUDA and reads g
 heads without expanding them. No token attends across a document boundary, and no work is
 spent on padding or on masked-out blocks.
 
-The document lengths travel as a Python tuple through the model's keyword arguments
-(transformers passes unknown ones down to the attention function), so slicing needs no
-device-to-host copy.
+The document lengths travel as a host (CPU) tensor through the model's keyword arguments
+(transformers passes unknown ones down to the attention function), so splitting needs no
+device-to-host copy. Compiled decoder layers do not trace it (`torch.compiler.disable`): traced,
+the loop would be unrolled over the lengths and recompiled for every new set of them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from transformers import AttentionInterface
 DOCUMENT_ATTENTION = "agentrl_document_causal"
 
 
+@torch.compiler.disable
 def document_causal_attention(
     module: torch.nn.Module,
     query: torch.Tensor,  # [1, num_heads, N, head_dim]
@@ -31,35 +33,34 @@ def document_causal_attention(
     scaling: float | None = None,
     dropout: float = 0.0,
     sliding_window: int | None = None,
-    document_lengths: tuple[int, ...] | None = None,
+    document_lengths: torch.Tensor | None = None,  # [D] int64 on the host
     **kwargs: object,
 ) -> tuple[torch.Tensor, None]:  # [1, N, num_heads, head_dim]
     """transformers attention function: causal attention within each packed document."""
-    if document_lengths is None or query.shape[0] != 1 or sum(document_lengths) != query.shape[2]:
+    lengths = None if document_lengths is None else document_lengths.tolist()
+    if lengths is None or query.shape[0] != 1 or sum(lengths) != query.shape[2]:
         raise ValueError(
             f"{DOCUMENT_ATTENTION} needs one packed row and document_lengths summing to its length; "
-            f"got query {tuple(query.shape)} and document_lengths {document_lengths}"
+            f"got query {tuple(query.shape)} and document_lengths {lengths}"
         )
     if sliding_window is not None or dropout != 0.0:
         raise ValueError(
             f"{DOCUMENT_ATTENTION} supports full causal attention without dropout; got "
             f"sliding_window={sliding_window}, dropout={dropout}: set actor.sequence_packing=false"
         )
-    outputs = []
-    start = 0
-    for length in document_lengths:
-        end = start + length
-        outputs.append(
-            F.scaled_dot_product_attention(
-                query[:, :, start:end],
-                key[:, :, start:end],
-                value[:, :, start:end],
-                is_causal=True,
-                scale=scaling,
-                enable_gqa=key.shape[1] != query.shape[1],
-            )
+    # split, not slicing: its backward writes each document's gradient into one tensor, where
+    # slices would each add a zero-filled full-length gradient.
+    outputs = [
+        F.scaled_dot_product_attention(
+            doc_query, doc_key, doc_value, is_causal=True, scale=scaling, enable_gqa=key.shape[1] != query.shape[1]
         )
-        start = end
+        for doc_query, doc_key, doc_value in zip(
+            query.split(lengths, dim=2),
+            key.split(lengths, dim=2),
+            value.split(lengths, dim=2),
+            strict=True,
+        )
+    ]
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
 
 

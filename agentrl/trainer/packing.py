@@ -45,7 +45,9 @@ class ScoringInputs:
         if self.document_lengths is None:
             kwargs["attention_mask"] = self.attention_mask
         else:
-            kwargs["document_lengths"] = self.document_lengths
+            # A host tensor, not the tuple: compiled decoder layers see one input of dynamic size
+            # and do not recompile when the number of documents changes.
+            kwargs["document_lengths"] = torch.tensor(self.document_lengths)
         return kwargs
 
 

@@ -20,7 +20,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 from transformers import AutoModelForCausalLM
 
-from agentrl.compiled_layers import compile_elementwise_parts, decoder_layers
+from agentrl.compiled_layers import compile_layer, decoder_layers
 from agentrl.trainer.actor_config import ActorConfig
 from agentrl.trainer.batch import TrainBatch
 from agentrl.trainer.distributed import all_gather_rows, all_reduce_sum, barrier, init_distributed
@@ -72,7 +72,11 @@ class PolicyWorker:
         if trainable:
             optim = actor.optim
             self.optimizer = torch.optim.AdamW(
-                self.model.parameters(), lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
+                self.model.parameters(),
+                lr=optim.lr,
+                betas=optim.betas,
+                weight_decay=optim.weight_decay,
+                fused=self.context.device.type == "cuda",  # one kernel per step on the GPU
             )
             warmup = optim.warmup_steps
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -88,11 +92,13 @@ class PolicyWorker:
         model.to(self.context.device)
         model.eval()  # no dropout: old, new and reference logprobs must agree on identical weights
         model.requires_grad_(self.trainable)
-        self.scorer = self.scorer_class(model, self.temperature, self.actor.logprob_chunk_size)
+        self.scorer = self.scorer_class(
+            model, self.temperature, self.actor.logprob_chunk_size, compiled_head=self.actor.use_torch_compile
+        )
         mixed_precision = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
         for layer in decoder_layers(model):
             if self.actor.use_torch_compile:
-                compile_elementwise_parts(layer)
+                compile_layer(layer)
             if self.actor.gradient_checkpointing:
                 # Checkpoint the layer's forward, not its __call__: FSDP's hooks stay outside, so
                 # the layer's weights are gathered again for the recompute in backward.

@@ -26,7 +26,9 @@ UNSUPPORTED_HEAD_OPTIONS = ("final_logit_softcapping", "logit_scale", "output_mu
 class CausalLMScorer(torch.nn.Module):
     """Decoder + chunked head of `model`: ScoringInputs -> TokenScores of the scored tokens."""
 
-    def __init__(self, model: PreTrainedModel, temperature: float, chunk_size: int) -> None:
+    def __init__(
+        self, model: PreTrainedModel, temperature: float, chunk_size: int, compiled_head: bool = False
+    ) -> None:
         super().__init__()
         for option in UNSUPPORTED_HEAD_OPTIONS:
             if getattr(model.config, option, None) not in (None, 1.0):
@@ -41,6 +43,7 @@ class CausalLMScorer(torch.nn.Module):
         self.model = model
         self.temperature = temperature
         self.chunk_size = chunk_size
+        self.compiled_head = compiled_head
 
     def forward(self, inputs: ScoringInputs, with_entropy: bool) -> TokenScores:
         decoder = self.model.get_decoder()
@@ -48,5 +51,11 @@ class CausalLMScorer(torch.nn.Module):
         hidden = hidden.flatten(0, 1)[inputs.hidden_index]  # [N, H]
         head = self.model.get_output_embeddings()
         return token_logprobs(
-            hidden, head.weight, inputs.target_ids, self.temperature, self.chunk_size, with_entropy
+            hidden,
+            head.weight,
+            inputs.target_ids,
+            self.temperature,
+            self.chunk_size,
+            with_entropy,
+            compiled=self.compiled_head,
         )

@@ -14,6 +14,8 @@ normalised with a float32 log-sum-exp.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -34,22 +36,107 @@ def token_logprobs(
     temperature: float = 1.0,
     chunk_size: int = 2048,
     with_entropy: bool = False,
+    compiled: bool = False,
 ) -> TokenScores:
-    """log softmax(hidden @ weight.T / temperature) at the target ids, without an [N, V] tensor."""
+    """log softmax(hidden @ weight.T / temperature) at the target ids, without an [N, V] tensor.
+
+    `compiled` runs each chunk's float32 work (upcast, log-sum-exp, entropy; in backward the
+    softmax gradient) as torch.compile'd kernels: one pass over the chunk's logits each way
+    instead of several.
+    """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 rows, got {chunk_size}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    ops = _compiled_chunk_ops() if compiled else _EAGER_CHUNK_OPS
     logprobs, entropy = _ChunkedTokenLogprobs.apply(
-        hidden, weight, target_ids, temperature, chunk_size, with_entropy
+        hidden, weight, target_ids, temperature, chunk_size, with_entropy, ops
     )
     return TokenScores(logprobs, entropy if with_entropy else None)
 
 
-def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, temperature: float) -> torch.Tensor:
-    logits = (hidden @ weight.T).float()  # [c, V]
-    # Dividing by 1.0 would still cost a full pass over [c, V].
-    return logits if temperature == 1.0 else logits.div_(temperature)
+def _chunk_stats(
+    logits: torch.Tensor,  # [c, V] in the hidden states' dtype
+    target_ids: torch.Tensor,  # [c]
+    temperature: float,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Log-normaliser, target logprob and (if asked) entropy of each row of one chunk, float32 [c] each."""
+    z = logits.float()
+    if temperature != 1.0:  # dividing by 1.0 would still cost a full pass over [c, V]
+        z = z.div_(temperature)
+    log_normalizer = torch.logsumexp(z, dim=-1)
+    logprobs = z.gather(1, target_ids[:, None]).squeeze(1) - log_normalizer
+    if not with_entropy:
+        return log_normalizer, logprobs, None
+    log_p = z.sub_(log_normalizer[:, None])  # z is not needed any more
+    return log_normalizer, logprobs, -(log_p.exp() * log_p).sum(-1)
+
+
+def _chunk_grad_logits(
+    logits: torch.Tensor,  # [c, V] in the hidden states' dtype
+    target_ids: torch.Tensor,  # [c]
+    log_normalizer: torch.Tensor,  # [c]
+    entropy: torch.Tensor,  # [c], or empty when no entropy gradient is given
+    grad_logprobs: torch.Tensor,  # [c] float32
+    grad_entropy: torch.Tensor | None,  # [c] float32
+    temperature: float,
+) -> torch.Tensor:  # [c, V] in the logits' dtype
+    """d loss / d logits of one chunk (see _ChunkedTokenLogprobs).
+
+    Every entry gets -p_j c_j (c = g, or g + e (log p_j + H)) in one elementwise pass, rounded to
+    the logits' dtype; the target's entry, g - p_y c_y, is then written from per-row values, so
+    the one-hot term never costs a pass over [c, V] (compiled, the whole function is one kernel
+    over the chunk plus a scatter of c values).
+    """
+    z = logits.float()
+    if temperature != 1.0:
+        z = z.div_(temperature)
+    log_p = z.sub_(log_normalizer[:, None])  # [c, V], in place of z
+    target_log_p = log_p.gather(1, target_ids[:, None])  # [c, 1]
+    g = grad_logprobs[:, None]
+    p = log_p.exp()
+    if grad_entropy is None:
+        grad_z, target_grad = p.mul_(-g), g - target_log_p.exp() * g
+    else:
+        e, h = grad_entropy[:, None], entropy[:, None]
+        scale = log_p.add_(h).mul_(e).add_(g)
+        grad_z = p.mul_(scale).neg_()
+        target_grad = g - target_log_p.exp() * ((target_log_p + h) * e + g)
+    if temperature != 1.0:
+        grad_z, target_grad = grad_z.div_(temperature), target_grad / temperature
+    # the full-logits path's backward casts to the logits' dtype here too
+    return grad_z.to(logits.dtype).scatter_(1, target_ids[:, None], target_grad.to(logits.dtype))
+
+
+@dataclass(frozen=True)
+class _ChunkOps:
+    stats: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
+    grad_logits: Callable[..., torch.Tensor]
+
+
+_EAGER_CHUNK_OPS = _ChunkOps(_chunk_stats, _chunk_grad_logits)
+
+
+@functools.cache
+def _compiled_chunk_ops() -> _ChunkOps:
+    # Chunk rows vary (the last chunk is shorter): compile for any row count.
+    return _ChunkOps(
+        torch.compile(_chunk_stats, dynamic=True), torch.compile(_chunk_grad_logits, dynamic=True)
+    )
+
+
+def _accumulate_weight_grad(
+    grad_weight: torch.Tensor,  # [V, H] float32
+    grad_logits: torch.Tensor,  # [c, V]
+    hidden: torch.Tensor,  # [c, H]
+) -> None:
+    """grad_weight += grad_logits.T @ hidden, accumulated in float32."""
+    if grad_weight.is_cuda and grad_logits.dtype != torch.float32:
+        # cuBLAS adds the half-precision product straight into the float32 accumulator.
+        torch.addmm(grad_weight, grad_logits.T, hidden, out_dtype=torch.float32, out=grad_weight)
+    else:
+        grad_weight += (grad_logits.T @ hidden).float()
 
 
 class _ChunkedTokenLogprobs(torch.autograd.Function):
@@ -64,7 +151,7 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, target_ids, temperature, chunk_size, with_entropy):
+    def forward(ctx, hidden, weight, target_ids, temperature, chunk_size, with_entropy, ops):
         num_tokens = hidden.shape[0]
         logprobs = torch.empty(num_tokens, dtype=torch.float32, device=hidden.device)
         # Kept for backward, which then needs one pass over each chunk's logits instead of three.
@@ -72,15 +159,12 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
         entropy = torch.empty(num_tokens if with_entropy else 0, dtype=torch.float32, device=hidden.device)
         for start in range(0, num_tokens, chunk_size):
             end = min(start + chunk_size, num_tokens)
-            z = _chunk_logits(hidden[start:end], weight, temperature)
-            log_normalizer[start:end] = torch.logsumexp(z, dim=-1)  # [c]
-            rows = torch.arange(end - start, device=z.device)
-            logprobs[start:end] = z[rows, target_ids[start:end]] - log_normalizer[start:end]
+            chunk = ops.stats(hidden[start:end] @ weight.T, target_ids[start:end], temperature, with_entropy)
+            log_normalizer[start:end], logprobs[start:end] = chunk[0], chunk[1]
             if with_entropy:
-                log_p = z.sub_(log_normalizer[start:end, None])  # z is not needed any more
-                entropy[start:end] = -(log_p.exp() * log_p).sum(-1)
+                entropy[start:end] = chunk[2]
         ctx.save_for_backward(hidden, weight, target_ids, log_normalizer, entropy)
-        ctx.temperature, ctx.chunk_size, ctx.with_entropy = temperature, chunk_size, with_entropy
+        ctx.temperature, ctx.chunk_size, ctx.with_entropy, ctx.ops = temperature, chunk_size, with_entropy, ops
         ctx.set_materialize_grads(False)
         if not with_entropy:
             ctx.mark_non_differentiable(entropy)
@@ -89,40 +173,34 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_logprobs, grad_entropy):
         hidden, weight, target_ids, log_normalizer, entropy = ctx.saved_tensors
-        temperature, chunk_size = ctx.temperature, ctx.chunk_size
+        no_grads = (None,) * 7
         if grad_entropy is not None and not ctx.with_entropy:
             grad_entropy = None
         if grad_logprobs is None and grad_entropy is None:
-            return None, None, None, None, None, None
+            return no_grads
         num_tokens = hidden.shape[0]
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         # float32 accumulation over chunks: one rounding to the weight's dtype at the end.
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
-        for start in range(0, num_tokens, chunk_size):
-            end = min(start + chunk_size, num_tokens)
+        for start in range(0, num_tokens, ctx.chunk_size):
+            end = min(start + ctx.chunk_size, num_tokens)
             chunk_hidden = hidden[start:end]
-            z = _chunk_logits(chunk_hidden, weight, temperature)
-            log_p = z.sub_(log_normalizer[start:end, None])  # [c, V], in place of z
-            p = log_p.exp()
-            g = _zeros_if_none(grad_logprobs, start, end, z)  # [c]
-            if grad_entropy is None:
-                grad_z = p.mul_(-g[:, None])
-            else:
-                e = grad_entropy[start:end]
-                scale = log_p.add_(entropy[start:end, None]).mul_(e[:, None]).add_(g[:, None])
-                grad_z = p.mul_(scale).neg_()
-            rows = torch.arange(end - start, device=z.device)
-            grad_z[rows, target_ids[start:end]] += g
-            if temperature != 1.0:
-                grad_z.div_(temperature)
-            grad_logits = grad_z.to(hidden.dtype)  # the full-logits path's backward casts here too
+            grad_logits = ctx.ops.grad_logits(
+                chunk_hidden @ weight.T,
+                target_ids[start:end],
+                log_normalizer[start:end],
+                entropy[start:end],
+                _zeros_if_none(grad_logprobs, start, end, hidden),
+                None if grad_entropy is None else grad_entropy[start:end].float(),
+                ctx.temperature,
+            )
             if grad_hidden is not None:
                 grad_hidden[start:end] = grad_logits @ weight
             if grad_weight is not None:
-                grad_weight += (grad_logits.T @ chunk_hidden).float()
+                _accumulate_weight_grad(grad_weight, grad_logits, chunk_hidden)
         if grad_weight is not None:
             grad_weight = grad_weight.to(weight.dtype)
-        return grad_hidden, grad_weight, None, None, None, None
+        return (grad_hidden, grad_weight) + no_grads[2:]
 
 
 def _zeros_if_none(grad: torch.Tensor | None, start: int, end: int, like: torch.Tensor) -> torch.Tensor:

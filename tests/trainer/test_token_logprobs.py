@@ -95,3 +95,21 @@ def test_a_chunk_size_below_one_is_rejected():
     hidden, weight, targets = inputs()
     with pytest.raises(ValueError, match="chunk_size must be >= 1 rows, got 0"):
         token_logprobs(hidden, weight, targets, chunk_size=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("with_entropy", [True, False])
+def test_the_compiled_chunk_kernels_give_the_full_logits_path_values_and_gradients(with_entropy):
+    hidden, weight, targets = inputs(torch.float32, seed=3)
+    scores = token_logprobs(hidden, weight, targets, 0.7, chunk_size=3, with_entropy=with_entropy, compiled=True)
+    entropy = scores.entropy if with_entropy else torch.zeros(NUM_TOKENS)
+    surrogate(scores.logprobs, entropy).backward()
+    compiled_grads = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    expected_logprobs, expected_entropy = full_logits_path(hidden, weight, targets, 0.7)
+    surrogate(expected_logprobs, expected_entropy if with_entropy else torch.zeros(NUM_TOKENS)).backward()
+    assert_close(scores.logprobs, expected_logprobs, atol=1e-5, rtol=1e-5)
+    if with_entropy:
+        assert_close(scores.entropy, expected_entropy, atol=1e-5, rtol=1e-5)
+    assert_close(compiled_grads[0], hidden.grad, atol=1e-5, rtol=1e-5)
+    assert_close(compiled_grads[1], weight.grad, atol=1e-5, rtol=1e-5)
