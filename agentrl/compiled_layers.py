@@ -34,9 +34,15 @@ def compile_elementwise_parts(layer: torch.nn.Module) -> None:
 
 
 def compile_layer(layer: torch.nn.Module) -> None:
-    """Compile the layer's whole forward. Token counts change from batch to batch: shapes are dynamic."""
+    """Compile the layer's whole forward.
+
+    Shapes are left to dynamo's automatic dynamism: the first batch compiles static kernels,
+    and the first batch with another token count recompiles with only that dimension dynamic.
+    Marking every dimension dynamic up front would also make the hidden and head sizes symbolic,
+    and the elementwise kernels (rotary embedding above all) much slower.
+    """
     if not hasattr(layer.forward, "_torchdynamo_orig_callable"):  # compiled once per module
-        layer.forward = torch.compile(layer.forward, dynamic=True)
+        layer.forward = torch.compile(layer.forward)
 
 
 def decoder_layers(model: PreTrainedModel) -> list[torch.nn.Module]:

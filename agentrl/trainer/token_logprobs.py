@@ -120,10 +120,9 @@ _EAGER_CHUNK_OPS = _ChunkOps(_chunk_stats, _chunk_grad_logits)
 
 @functools.cache
 def _compiled_chunk_ops() -> _ChunkOps:
-    # Chunk rows vary (the last chunk is shorter): compile for any row count.
-    return _ChunkOps(
-        torch.compile(_chunk_stats, dynamic=True), torch.compile(_chunk_grad_logits, dynamic=True)
-    )
+    # The last chunk is shorter: dynamo recompiles once with the row count dynamic (the vocabulary
+    # size stays static, which the kernels need to be fast).
+    return _ChunkOps(torch.compile(_chunk_stats), torch.compile(_chunk_grad_logits))
 
 
 def _accumulate_weight_grad(
