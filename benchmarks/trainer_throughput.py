@@ -14,14 +14,17 @@ and a sampled response). Measured in the same run, on the same model and batch:
   and the head's per-chunk kernels compiled; the compile itself happens in the untimed warm-up
   update).
 
-Printed per variant: tokens/s of `update()` (every token of every sequence, prompt included),
-MFU, peak GPU memory and the ratio to the previous path. MFU counts model FLOPs only (no
+With `--varied-lengths` each sequence's length is drawn uniformly up to `--sequence-length`
+and every update gets a new batch, as in training: kernels that set up per shape pay for it.
+
+Printed per variant: tokens/s of `update()` (every real token of every sequence, prompt
+included; padding not counted), MFU, peak GPU memory and the ratio to the previous path. MFU counts model FLOPs only (no
 recompute): 6 x decoder matmul parameters per token, 6 x layers x hidden x sequence length per
 token for causal attention, and 6 x hidden x vocabulary per scored token for the head. It is
 given against the datasheet bf16 peak (`--peak-tflops`) and against a bf16 matmul measured in
 the same run.
 
-GPU:  python benchmarks/trainer_throughput.py --shapes qwen2.5-0.5b qwen2.5-1.5b
+GPU:  python benchmarks/trainer_throughput.py --shapes qwen2.5-0.5b qwen2.5-1.5b [--varied-lengths]
 CPU:  python benchmarks/trainer_throughput.py --shapes tiny --device cpu --dtype float32 \\
           --num-sequences 4 --sequence-length 64 --prompt-tokens 16 --micro-batch 2
 """
@@ -106,10 +109,9 @@ class Variant:
 @dataclass
 class Result:
     variant: Variant
-    tokens_per_s: float | None  # None: out of memory
+    tokens_per_s: float | None  # real (not padding) tokens; None: out of memory
     peak_gib: float | None
-    mfu: float | None = None
-    mfu_of_measured_matmul: float | None = None
+    flops_per_s: float | None = None  # model FLOPs (module doc)
 
 
 def write_random_model(
@@ -127,16 +129,27 @@ def write_random_model(
     return config
 
 
-def random_batch(args: argparse.Namespace, vocab_size: int) -> TrainBatch:
-    """Sequences of the same length, each its own group, with the loss on every response token."""
+def random_batch(args: argparse.Namespace, vocab_size: int, seed: int = 0) -> TrainBatch:
+    """Sequences each in its own group, with the loss on every response token.
+
+    All `--sequence-length` long, or with `--varied-lengths` each of a length drawn uniformly
+    from (prompt, sequence length], right padded: a new set of lengths for every seed.
+    """
     shape = (args.num_sequences, args.sequence_length)
-    generator = torch.Generator().manual_seed(0)
-    loss_mask = torch.zeros(shape)
-    loss_mask[:, args.prompt_tokens :] = 1.0
+    generator = torch.Generator().manual_seed(seed)
+    if args.varied_lengths:
+        lengths = torch.randint(
+            args.prompt_tokens + 1, args.sequence_length + 1, (args.num_sequences,), generator=generator
+        )
+    else:
+        lengths = torch.full((args.num_sequences,), args.sequence_length)
+    attention_mask = (torch.arange(args.sequence_length) < lengths[:, None]).long()
+    loss_mask = attention_mask.float()
+    loss_mask[:, : args.prompt_tokens] = 0.0
     advantages = torch.randn(args.num_sequences, 1, generator=generator).sign()
     return TrainBatch(
-        input_ids=torch.randint(3, vocab_size, shape, generator=generator),
-        attention_mask=torch.ones(shape, dtype=torch.int64),
+        input_ids=torch.randint(3, vocab_size, shape, generator=generator) * attention_mask,
+        attention_mask=attention_mask,
         position_ids=torch.arange(args.sequence_length).expand(shape).clone(),
         loss_mask=loss_mask,
         advantages=advantages * loss_mask,
@@ -152,9 +165,10 @@ def model_flops(config: Qwen2Config, batch: TrainBatch) -> float:
     matmul_params_per_layer = (
         2 * hidden * hidden + 2 * hidden * kv_width + 3 * hidden * config.intermediate_size
     )
-    num_tokens = batch.input_ids.numel()
+    lengths = batch.attention_mask.sum(dim=-1).double()
+    num_tokens = float(lengths.sum())
     decoder = 6 * layers * matmul_params_per_layer * num_tokens
-    attention = 6 * layers * hidden * batch.sequence_length * num_tokens
+    attention = 6 * layers * hidden * float((lengths**2).sum())  # each token attends to its sequence
     head = 6 * hidden * config.vocab_size * float(batch.loss_mask.sum())
     return float(decoder + attention + head)
 
@@ -180,7 +194,13 @@ def measured_matmul_tflops(device: torch.device, dtype: torch.dtype, size: int =
 
 
 def run_variant(
-    args: argparse.Namespace, model_dir: Path, variant: Variant, batch: TrainBatch, device: torch.device
+    args: argparse.Namespace,
+    model_dir: Path,
+    variant: Variant,
+    batches: list[TrainBatch],  # warm-up batches, then the timed ones
+    num_warmup: int,
+    flops: list[float],  # model FLOPs of each batch
+    device: torch.device,
 ) -> Result:
     actor = ActorConfig(
         ppo_mini_batch_size=args.num_sequences,
@@ -196,14 +216,16 @@ def run_variant(
     worker = None
     try:
         worker = worker_class(model_dir, actor, device=device, dtype=DTYPES[args.dtype])
-        batch.old_logprobs, _ = worker.compute_logprobs(batch)
-        worker.update(batch)  # warm-up: allocator, kernels, optimizer state
+        for batch in batches:
+            batch.old_logprobs, _ = worker.compute_logprobs(batch)
+        for batch in batches[:num_warmup]:
+            worker.update(batch)  # allocator, kernels, optimizer state, compilation
         synchronize(device)
         start = time.perf_counter()
-        for _ in range(args.steps):
+        for batch in batches[num_warmup:]:
             worker.update(batch)
         synchronize(device)
-        seconds = (time.perf_counter() - start) / args.steps
+        seconds = time.perf_counter() - start
     except torch.OutOfMemoryError:
         return Result(variant, None, None)
     finally:
@@ -212,7 +234,8 @@ def run_variant(
         if device.type == "cuda":
             torch.cuda.empty_cache()
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-    return Result(variant, batch.input_ids.numel() / seconds, peak)
+    tokens = sum(float(batch.attention_mask.sum()) for batch in batches[num_warmup:])
+    return Result(variant, tokens / seconds, peak, sum(flops[num_warmup:]) / seconds)
 
 
 def benchmark_shape(args: argparse.Namespace, shape: str, device: torch.device, matmul_tflops: float) -> None:
@@ -225,12 +248,24 @@ def benchmark_shape(args: argparse.Namespace, shape: str, device: torch.device, 
     ]
     with tempfile.TemporaryDirectory() as directory:
         config = write_random_model(shape, Path(directory), device, args.sequence_length)
-        batch = random_batch(args, config.vocab_size)
-        flops = model_flops(config, batch)
-        results = [run_variant(args, Path(directory), variant, batch, device) for variant in variants]
-    flops_per_token = flops / batch.input_ids.numel()
+        if args.varied_lengths:
+            # Every update sees new lengths, as in training; the second warm-up update is the
+            # first with another token count (compiled variants recompile for it once).
+            num_warmup = 2
+            batches = [random_batch(args, config.vocab_size, seed) for seed in range(num_warmup + args.steps)]
+        else:
+            num_warmup = 1
+            batches = [random_batch(args, config.vocab_size)] * (num_warmup + args.steps)
+        flops = [model_flops(config, batch) for batch in batches]
+        results = [
+            run_variant(args, Path(directory), variant, batches, num_warmup, flops, device)
+            for variant in variants
+        ]
+    timed = batches[num_warmup:]
+    flops_per_token = sum(flops[num_warmup:]) / sum(float(batch.attention_mask.sum()) for batch in timed)
+    lengths = "varied lengths up to" if args.varied_lengths else "x"
     print(
-        f"\n{shape}: {args.num_sequences} x {args.sequence_length} tokens ({args.prompt_tokens} prompt), "
+        f"\n{shape}: {args.num_sequences} {lengths} {args.sequence_length} tokens ({args.prompt_tokens} prompt), "
         f"{args.dtype}, {flops_per_token / 1e9:.2f} GFLOP per token"
     )
     print(
@@ -239,10 +274,10 @@ def benchmark_shape(args: argparse.Namespace, shape: str, device: torch.device, 
     previous = results[0].tokens_per_s
     for result in results:
         variant = result.variant
-        if result.tokens_per_s is None:
+        if result.tokens_per_s is None or result.flops_per_s is None:
             print(f"{variant.name:47} {variant.micro_batch_size:>5} {'out of memory':>10}")
             continue
-        achieved = result.tokens_per_s * flops_per_token / 1e12  # TFLOP/s
+        achieved = result.flops_per_s / 1e12  # TFLOP/s
         ratio = f"{result.tokens_per_s / previous:.2f}x" if previous else "-"
         peak = f"{result.peak_gib:.1f}" if result.peak_gib is not None else "-"
         print(
@@ -266,7 +301,12 @@ def main() -> None:
     parser.add_argument(
         "--micro-batch", type=int, default=16, help="of the checkpointing variant (the presets')"
     )
-    parser.add_argument("--steps", type=int, default=2, help="timed updates after one warm-up update")
+    parser.add_argument("--steps", type=int, default=2, help="timed updates after the warm-up")
+    parser.add_argument(
+        "--varied-lengths",
+        action="store_true",
+        help="sequence lengths drawn uniformly up to --sequence-length, new ones for every update",
+    )
     parser.add_argument(
         "--peak-tflops", type=float, default=989.0, help="datasheet dense bf16 peak (H100/H200 SXM: 989)"
     )

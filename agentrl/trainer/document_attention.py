@@ -5,7 +5,9 @@ restart at 0 for each. Attention must stay inside each document. transformers' s
 attention would express that as a dense [N, N] mask (4 GiB of booleans for 64k tokens) and
 compute every off-diagonal block only to mask it out; here each document gets its own causal
 scaled-dot-product attention, which runs on the flash kernel on CUDA and reads grouped K/V
-heads without expanding them. No token attends across a document boundary, and no work is
+heads without expanding them. cuDNN's attention, SDPA's first choice on Hopper GPUs, is left out:
+it builds a plan for every new sequence length, and on batches of varied lengths (as rollouts
+are) that set-up made a 0.5B update about 4x slower than flash attention. No token attends across a document boundary, and no work is
 spent on padding or on masked-out blocks.
 
 The document lengths travel as a host (CPU) tensor through the model's keyword arguments
@@ -18,9 +20,12 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
 
 DOCUMENT_ATTENTION = "agentrl_document_causal"
+# Every backend but cuDNN's (see the module doc), in SDPA's order of preference.
+BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 @torch.compiler.disable
@@ -50,17 +55,23 @@ def document_causal_attention(
         )
     # split, not slicing: its backward writes each document's gradient into one tensor, where
     # slices would each add a zero-filled full-length gradient.
-    outputs = [
-        F.scaled_dot_product_attention(
-            doc_query, doc_key, doc_value, is_causal=True, scale=scaling, enable_gqa=key.shape[1] != query.shape[1]
-        )
-        for doc_query, doc_key, doc_value in zip(
-            query.split(lengths, dim=2),
-            key.split(lengths, dim=2),
-            value.split(lengths, dim=2),
-            strict=True,
-        )
-    ]
+    with sdpa_kernel(BACKENDS):
+        outputs = [
+            F.scaled_dot_product_attention(
+                doc_query,
+                doc_key,
+                doc_value,
+                is_causal=True,
+                scale=scaling,
+                enable_gqa=key.shape[1] != query.shape[1],
+            )
+            for doc_query, doc_key, doc_value in zip(
+                query.split(lengths, dim=2),
+                key.split(lengths, dim=2),
+                value.split(lengths, dim=2),
+                strict=True,
+            )
+        ]
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
 
 

@@ -163,7 +163,8 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
             if with_entropy:
                 entropy[start:end] = chunk[2]
         ctx.save_for_backward(hidden, weight, target_ids, log_normalizer, entropy)
-        ctx.temperature, ctx.chunk_size, ctx.with_entropy, ctx.ops = temperature, chunk_size, with_entropy, ops
+        ctx.temperature, ctx.chunk_size = temperature, chunk_size
+        ctx.with_entropy, ctx.ops = with_entropy, ops
         ctx.set_materialize_grads(False)
         if not with_entropy:
             ctx.mark_non_differentiable(entropy)

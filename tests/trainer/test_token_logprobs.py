@@ -101,7 +101,9 @@ def test_a_chunk_size_below_one_is_rejected():
 @pytest.mark.parametrize("with_entropy", [True, False])
 def test_the_compiled_chunk_kernels_give_the_full_logits_path_values_and_gradients(with_entropy):
     hidden, weight, targets = inputs(torch.float32, seed=3)
-    scores = token_logprobs(hidden, weight, targets, 0.7, chunk_size=3, with_entropy=with_entropy, compiled=True)
+    scores = token_logprobs(
+        hidden, weight, targets, 0.7, chunk_size=3, with_entropy=with_entropy, compiled=True
+    )
     entropy = scores.entropy if with_entropy else torch.zeros(NUM_TOKENS)
     surrogate(scores.logprobs, entropy).backward()
     compiled_grads = hidden.grad.clone(), weight.grad.clone()
