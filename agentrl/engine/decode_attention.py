@@ -8,7 +8,7 @@ takes one (row, key/value head, split of `SPLIT` keys), reads only keys below th
 length, and computes the queries of every head in the group at once (grouped heads are never
 expanded). A second pass merges the splits' partial results by their log-sum-exp.
 
-Triton is imported only here and in `fused_kernels`, and these modules only on CUDA.
+Triton is imported only by the engine's CUDA kernel modules, and those only on CUDA.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from agentrl.engine.attention_blocks import fold_block
 
 SPLIT = 128  # keys per program
 BLOCK_KEYS = 64  # keys per inner iteration
@@ -50,14 +52,9 @@ def _split_attention(
         scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # [GROUP_PAD, BLOCK] float32
         scores = (scores * scale).to(tl.float32)  # a Python float scale can arrive as float64
         scores = tl.where(valid[None, :], scores, float("-inf"))
-        new_best = tl.maximum(best, tl.max(scores, 1))
-        rescale = tl.exp(best - new_best)
-        weights = tl.exp(scores - new_best[:, None])
-        total = total * rescale + tl.sum(weights, 1)
         v = tl.load(values + row * v_row + kv_head * v_head + positions[:, None] * v_pos + dims[None, :],
                     mask=kv_mask, other=0.0)  # fmt: skip
-        acc = acc * rescale[:, None] + tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
-        best = new_best
+        best, total, acc = fold_block(scores, v, best, total, acc, PRECISION)
     # An empty split leaves total 0: its log-sum-exp is -inf and it weighs nothing in the merge.
     out = acc / tl.maximum(total, 1e-30)[:, None]
     lse = best + tl.log(total)

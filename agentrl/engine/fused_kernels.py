@@ -5,7 +5,7 @@ six); in a decode step of a small model those launches, not the bytes they move,
 Each function here is one Triton kernel and rounds as the eager modules do: values that eager
 code stores in the model's dtype between operations are rounded to it at the same points here.
 
-Triton is imported only here and in `decode_attention`, and these modules only on CUDA.
+Triton is imported only by the engine's CUDA kernel modules, and those only on CUDA.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from agentrl.engine.attention_blocks import fold_block
 from agentrl.engine.host_copy import to_device
 
 BLOCK_TOKENS = 64  # query tokens per program
@@ -52,14 +53,9 @@ def _prefill_attention(
         scores = (scores * scale).to(tl.float32)
         # Position 0 is visible to every token, so each row's maximum is finite after the first block.
         scores = tl.where(key_positions[None, :] <= query_positions[:, None], scores, float("-inf"))
-        new_best = tl.maximum(best, tl.max(scores, 1))
-        rescale = tl.exp(best - new_best)
-        weights = tl.exp(scores - new_best[:, None])
-        total = total * rescale + tl.sum(weights, 1)
         v = tl.load(values + slot * v_slot + kv_head * v_head + key_positions[:, None] * v_pos + dims[None, :],
                     mask=kv_mask, other=0.0)  # fmt: skip
-        acc = acc * rescale[:, None] + tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
-        best = new_best
+        best, total, acc = fold_block(scores, v, best, total, acc, PRECISION)
     tl.store(out + q_offsets, (acc / total[:, None]).to(out.dtype.element_ty), mask=q_mask)
 
 
