@@ -194,10 +194,12 @@ def test_packing_checkpointing_and_chunk_size_give_the_loss_and_gradients_of_the
 
 
 @pytest.mark.slow
-def test_compiled_layers_give_the_loss_and_gradients_of_eager_ones(tiny_model_dir):
-    eager_metrics, eager_state = updated(tiny_model_dir, gradient_checkpointing=True)
+@pytest.mark.parametrize("sequence_packing", [True, False], ids=["packed", "padded"])
+def test_compiled_layers_give_the_loss_and_gradients_of_eager_ones(tiny_model_dir, sequence_packing):
+    settings = {"gradient_checkpointing": True, "sequence_packing": sequence_packing}
+    eager_metrics, eager_state = updated(tiny_model_dir, **settings)
     graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    metrics, state = updated(tiny_model_dir, gradient_checkpointing=True, use_torch_compile=True)
+    metrics, state = updated(tiny_model_dir, use_torch_compile=True, **settings)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > graphs_before  # it did compile
     for name in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
         assert metrics[name] == pytest.approx(eager_metrics[name], rel=1e-5, abs=1e-7)
