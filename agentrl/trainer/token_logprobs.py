@@ -125,13 +125,18 @@ def _compiled_chunk_ops() -> _ChunkOps:
     return _ChunkOps(torch.compile(_chunk_stats), torch.compile(_chunk_grad_logits))
 
 
+# Recent torch releases let a half-precision matrix product write float32 (`out_dtype`, CUDA only);
+# with older ones the product is rounded to its inputs' dtype first and added in a second pass.
+_FLOAT32_OUT_MATMUL = "dtype_out" in torch.ops.aten.addmm.overloads()
+
+
 def _accumulate_weight_grad(
     grad_weight: torch.Tensor,  # [V, H] float32
     grad_logits: torch.Tensor,  # [c, V]
     hidden: torch.Tensor,  # [c, H]
 ) -> None:
     """grad_weight += grad_logits.T @ hidden, accumulated in float32."""
-    if grad_weight.is_cuda and grad_logits.dtype != torch.float32:
+    if grad_weight.is_cuda and grad_logits.dtype != torch.float32 and _FLOAT32_OUT_MATMUL:
         # cuBLAS adds the half-precision product straight into the float32 accumulator.
         torch.addmm(grad_weight, grad_logits.T, hidden, out_dtype=torch.float32, out=grad_weight)
     else:
