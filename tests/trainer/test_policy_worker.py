@@ -300,3 +300,32 @@ def test_two_ranks_under_torchrun_match_one_process(tiny_model_dir, tmp_path):
     for name, tensor in one["state"].items():
         assert_close(two["state"][name], tensor, atol=1e-6, rtol=1e-5)
     assert_close(two["logprobs"], one["logprobs"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_compiled_layers_stop_recompiling_once_token_and_document_counts_have_varied(tiny_model_dir):
+    actor = actor_config(ppo_mini_batch_size=8, ppo_micro_batch_size_per_gpu=8, use_torch_compile=True)
+    worker = PolicyWorker(tiny_model_dir, actor)
+    counters = torch._dynamo.utils.counters
+    limit_hits_before = sum(
+        n for reason, n in counters["unimplemented"].items() if "recompile limit" in reason
+    )
+    compiled_frames = []
+    # Every batch is one packed micro-batch with its own number of documents and of tokens.
+    for responses in (
+        [[4, 5]] * 2, [[4, 5, 6]] * 3, [[7]] * 5, [[4, 9, 8, 7]] * 4, [[5, 6]] * 6, [[9]] * 7, [[6, 7, 8]] * 8,
+    ):  # fmt: skip
+        trajectories = [short_trajectory(group, ids) for group, ids in enumerate(responses)]
+        batch = build_train_batch(trajectories, torch.ones(len(responses)), PAD_TOKEN_ID)
+        batch.old_logprobs, _ = worker.compute_logprobs(batch)
+        worker.update(batch)
+        compiled_frames.append(counters["frames"]["total"])
+    # Static graphs first, then graphs with dynamic token and document counts; after that none.
+    # A graph per number of documents would recompile until dynamo's recompile limit and then
+    # leave the layers eager for good.
+    assert compiled_frames[1] > compiled_frames[0]
+    assert compiled_frames[-4:] == [compiled_frames[-4]] * 4, compiled_frames
+    assert (
+        sum(n for reason, n in counters["unimplemented"].items() if "recompile limit" in reason)
+        == limit_hits_before
+    )
