@@ -320,10 +320,9 @@ def test_compiled_layers_stop_recompiling_once_token_and_document_counts_have_va
         batch.old_logprobs, _ = worker.compute_logprobs(batch)
         worker.update(batch)
         compiled_frames.append(counters["frames"]["total"])
-    # Static graphs first, then graphs with dynamic token and document counts; after that none.
-    # A graph per number of documents would recompile until dynamo's recompile limit and then
-    # leave the layers eager for good.
-    assert compiled_frames[1] > compiled_frames[0]
+    # The first batches compile (static shapes, then dynamic token and document counts, unless
+    # earlier tests in this process already did); after that nothing. A graph per number of
+    # documents would recompile until dynamo's recompile limit and then leave the layers eager.
     assert compiled_frames[-4:] == [compiled_frames[-4]] * 4, compiled_frames
     assert (
         sum(n for reason, n in counters["unimplemented"].items() if "recompile limit" in reason)
