@@ -33,9 +33,11 @@ def admit(
     pending_blocks: set[int] = set()
     while waiting and isinstance(waiting[0], Request) and len(admitted) < num_free_rows:
         prompt = waiting[0].prompt_ids
-        cached = prefix_cache.peek(prompt) if prefix_cache else 0
-        blocks = block_hashes(prompt, prefix_cache.block_size) if prefix_cache else []
-        next_block = cached // prefix_cache.block_size if prefix_cache else 0
+        cached, blocks, next_block = 0, [], 0
+        if prefix_cache is not None:
+            cached = prefix_cache.peek(prompt)
+            blocks = block_hashes(prompt, prefix_cache.block_size)
+            next_block = cached // prefix_cache.block_size
         if len(blocks) > next_block and blocks[next_block] in pending_blocks:
             passed_over.append(waiting.popleft())
             continue

@@ -12,9 +12,9 @@ that keeps grouped key/value heads unexpanded (`slot_attention`). A prefix cache
 (`prefix_cache`) copies the keys/values of a prompt's already-seen start into the slot, so only
 the rest is prefilled: a group's members share their prompt's prefill and a later turn reuses
 the earlier turns'. A request whose prompt shares a block with one admitted in the same pass
-is prefilled in the iteration's next pass, once that block is cached. On CUDA, Llama and Qwen2
-models run through the engine's own fused forward pass (`fused_decoder`), and decode steps replay
-captured graphs (`decode_graphs`).
+is prefilled in the iteration's next pass, once that block is cached. How a pass runs on the
+device (the engine's own fused forward for Llama and Qwen2 on CUDA, decode steps replayed as
+captured graphs) is `model_runner`'s part.
 
 Weight updates are fenced by submission order: `update_weights` waits until every request
 submitted before it has finished on the old weights, then loads the new ones in place;
@@ -30,25 +30,20 @@ import queue
 import random
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any, Self
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from agentrl.compiled_layers import compile_decoder_layers
 from agentrl.engine.admission import admit
-from agentrl.engine.decode_graphs import DecodeGraphs
 from agentrl.engine.engine_records import EngineStats, StepKind, StepRecord, WeightUpdate
 from agentrl.engine.host_copy import to_device
+from agentrl.engine.model_runner import ModelRunner
 from agentrl.engine.model_setup import (
-    attention_backends,
     check_full_attention,
     eos_ids,
-    fused_forward_unsupported,
     resolve_dtype,
-    slot_shape,
     validate_state_dict,
 )
 from agentrl.engine.pending_decode import PendingDecode
@@ -56,9 +51,7 @@ from agentrl.engine.prefix_cache import PrefixCache
 from agentrl.engine.protocol import FinishReason, Generation, SamplingParams
 from agentrl.engine.request import Request
 from agentrl.engine.sampling import RowSampling, sample_next_tokens, validate_sampling
-from agentrl.engine.slot_attention import install_slot_attention
-from agentrl.engine.slot_cache import SlotForward, SlotKVCache, causal_slot_mask
-from agentrl.engine.step_inputs import StepInputs, decode_inputs, prefill_inputs
+from agentrl.engine.step_inputs import prefill_inputs
 
 _SHUTDOWN = object()
 
@@ -120,23 +113,13 @@ class TransformersEngine:
         check_full_attention(model)
         self.device = torch.device(device)
         self.model = model.to(device=self.device, dtype=resolve_dtype(dtype)).eval()
-        install_slot_attention(self.model)
-        self.fused_decoder = None
-        if fused_forward and self.device.type == "cuda" and fused_forward_unsupported(self.model) is None:
-            from agentrl.engine.fused_decoder import FusedDecoder  # Triton: CUDA machines only
-
-            self.fused_decoder = FusedDecoder(self.model)  # before the parameters are listed below
-            if torch_compile:
-                warnings.warn(
-                    "torch_compile has no effect here: the fused forward runs this model on CUDA and no "
-                    "transformers module is left to compile (fused_forward=False compiles them instead)",
-                    stacklevel=2,
-                )
-        elif torch_compile:
-            compile_decoder_layers(self.model)
         self.eos_ids = eos_ids(model, tokenizer_or_eos_ids)
         self.vocab_size = model.get_input_embeddings().num_embeddings
         self.max_context_len = max_context_len or model.config.max_position_embeddings
+        # Before the parameters are listed below: the fused forward packs some of them.
+        self.runner = ModelRunner(self.model, device=self.device, max_batch_size=max_batch_size,
+                                  max_context_len=self.max_context_len, cuda_graphs=cuda_graphs,
+                                  torch_compile=torch_compile, fused_forward=fused_forward)  # fmt: skip
         self.max_batch_size = max_batch_size
         self.max_prefill_tokens = max_prefill_tokens
         self.prefill_interval = prefill_interval
@@ -148,20 +131,16 @@ class TransformersEngine:
         self._on_step = on_step
         self._parameters = {name: t for name, t in model.state_dict().items()}
         self._param_shapes = {name: tuple(t.shape) for name, t in self._parameters.items()}
-        self.slots = SlotKVCache(**slot_shape(model), num_slots=max_batch_size, max_capacity=self.max_context_len,
-                                 dtype=next(model.parameters()).dtype, device=self.device)  # fmt: skip
         self.prefix_cache = None
         if prefix_cache_bytes:
             # The pool is allocated up front, and committed memory counts even untouched: never
             # reserve more than four full batches of context could fill (small models on CPU).
-            useful_bytes = 4 * max_batch_size * self.max_context_len * self.slots.bytes_per_token
+            useful_bytes = 4 * max_batch_size * self.max_context_len * self.runner.slots.bytes_per_token
             self.prefix_cache = PrefixCache(
-                self.slots, block_size=prefix_block_size, budget_bytes=min(prefix_cache_bytes, useful_bytes)
+                self.runner.slots,
+                block_size=prefix_block_size,
+                budget_bytes=min(prefix_cache_bytes, useful_bytes),
             )
-        self.decode_graphs = None
-        if cuda_graphs and self.device.type == "cuda":
-            self.decode_graphs = DecodeGraphs(self._decode_forward, max_rows=max_batch_size, device=self.device,
-                                              length_step=256)  # fmt: skip
         self._seed_source = torch.Generator().manual_seed(seed)
         self._request_ids = itertools.count()
         # Orders submissions: request ids and seeds follow it, and nothing follows a shutdown.
@@ -170,7 +149,7 @@ class TransformersEngine:
         self._closed = False
         # Scheduler-thread state: only `_serve` and the methods it calls touch these.
         self._waiting: collections.deque[Request | WeightUpdate] = collections.deque()
-        self._rows: list[Request] = []  # row i owns slot i of self.slots
+        self._rows: list[Request] = []  # row i owns slot i of self.runner.slots
         self._thread = threading.Thread(target=self._serve, name="transformers-engine", daemon=True)
         self._thread.start()
 
@@ -309,11 +288,11 @@ class TransformersEngine:
         for request in requests:
             request.policy_version = self.policy_version
         self._rows.extend(requests)  # from here on a failure fails these rows too
-        self._grow_slots(max(len(r.prompt_ids) for r in requests))
+        self.runner.grow_slots(max(len(r.prompt_ids) for r in requests))
         cached_lengths = self._reuse_prefixes(requests, first_slot)
         inputs = prefill_inputs([r.prompt_ids for r in requests], cached_lengths, first_slot).to(self.device)
         sampling = self._row_sampling(requests)
-        logits = self._forward(inputs, first_slot)
+        logits = self.runner.forward(inputs, first_slot)
         self._sample(logits, requests, sampling)
         for request in requests:
             request.cache_length = len(request.prompt_ids)
@@ -352,15 +331,12 @@ class TransformersEngine:
     def _launch_decode(self, previous: PendingDecode | None) -> PendingDecode:
         requests = list(self._rows)
         positions = [r.cache_length for r in requests]
-        self._grow_slots(max(positions) + 1)
+        self.runner.grow_slots(max(positions) + 1)
         if previous is None:
             input_ids = to_device([r.completion_ids[-1] for r in requests], torch.long, self.device)
         else:
             input_ids = previous.next_input_ids(requests, self.device)
-        if self.decode_graphs is not None:
-            logits = self.decode_graphs.run(input_ids, positions, self.slots.capacity)
-        else:
-            logits = self._forward(decode_inputs(input_ids, positions), first_slot=0)
+        logits = self.runner.decode(input_ids, positions)
         sampling = self._row_sampling(requests)  # drawn and staged while the device runs the forward
         token_ids, logprobs = sample_next_tokens(logits, sampling)
         for request in requests:
@@ -386,44 +362,12 @@ class TransformersEngine:
             step, self._pending = self._pending, None
             self._finish_decode(step)
 
-    def _grow_slots(self, num_positions: int) -> None:
-        if self.slots.ensure_capacity(num_positions) and self.decode_graphs is not None:
-            self.decode_graphs.clear()  # the graphs read the storage that was just replaced
-
-    def _decode_forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, key_length: int
-    ) -> torch.Tensor:
-        """A decode step over slots 0..rows-1 on static device tensors (the body of a CUDA graph)."""
-        num_rows = input_ids.shape[0]
-        slots = torch.arange(num_rows, device=self.device)
-        inputs = StepInputs(input_ids, positions, slots, positions[:, 0], None, key_length)
-        return self._forward(inputs, first_slot=0)
-
-    def _forward(self, inputs: StepInputs, first_slot: int) -> torch.Tensor:
-        """Logits of each row's last position: [num_rows, vocab]."""
-        if self.fused_decoder is not None:
-            with attention_backends(self.device):
-                return self.fused_decoder.forward(inputs, first_slot, self.slots)
-        plan = SlotForward(
-            storage=self.slots, first_slot=first_slot, num_rows=inputs.input_ids.shape[0],
-            key_length=inputs.key_length, write_slots=inputs.write_slots,
-            write_positions=inputs.write_positions, write_index=inputs.write_index,
-        )  # fmt: skip
-        with attention_backends(self.device):
-            output = self.model(
-                input_ids=inputs.input_ids, position_ids=inputs.positions,
-                attention_mask=causal_slot_mask(inputs.positions, inputs.key_length),
-                past_key_values=plan, use_cache=True, logits_to_keep=1, slot_forward=plan,
-            )  # fmt: skip
-        return output.logits[:, -1, :]
-
     def _row_sampling(self, requests: list[Request]) -> RowSampling:
         return RowSampling.build([r.sampling for r in requests], [r.generator for r in requests], self.device)
 
     def _sample(self, logits: torch.Tensor, requests: list[Request], sampling: RowSampling) -> None:
-        token_ids, logprobs = sample_next_tokens(logits, sampling)
-        picked = torch.stack([token_ids.double(), logprobs.double()]).tolist()  # one copy to the host
-        for request, token_id, logprob in zip(requests, *picked, strict=True):
+        picked = PendingDecode.launch(requests, *sample_next_tokens(logits, sampling))
+        for request, token_id, logprob in zip(requests, *picked.read(), strict=True):
             request.append(int(token_id), logprob)
         self.stats.num_generated_tokens += len(requests)
 
@@ -443,7 +387,7 @@ class TransformersEngine:
         done_set = set(done)
         holes = [slot for slot in done if slot < num_kept]
         movers = [slot for slot in range(num_kept, len(self._rows)) if slot not in done_set]
-        self.slots.move_slots(movers, holes)
+        self.runner.slots.move_slots(movers, holes)
         for hole, mover in zip(holes, movers, strict=True):
             self._rows[hole] = self._rows[mover]
         del self._rows[num_kept:]

@@ -99,7 +99,7 @@ async def test_on_gpu_cuda_graph_decoding_equals_eager_decoding():
                 await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, params, strict=True)])
             )
             if graphs:
-                num_graphs = engine.decode_graphs.num_graphs
+                num_graphs = engine.runner.decode_graphs.num_graphs
     assert_same_generations(results[0], results[1])
     # Slots last grew at position 256; the first request then decodes alone on one (1 row, 512 keys) graph.
     assert num_graphs == 1

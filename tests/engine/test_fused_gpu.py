@@ -24,7 +24,7 @@ async def generate_all(model, params, **engine_kwargs):
         first = await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, params, strict=True)])
         # Second round: the prompts' prefixes now come from the prefix cache.
         second = await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, params, strict=True)])
-        assert (engine.fused_decoder is not None) == engine_kwargs.get("fused_forward", True)
+        assert (engine.runner.fused_decoder is not None) == engine_kwargs.get("fused_forward", True)
     return first + second
 
 
