@@ -1,12 +1,12 @@
-"""Inference stage, decode on CUDA graphs: one captured forward per (rows, key length) bucket.
+"""Inference stage, decode on CUDA graphs: one captured step per (rows, key length) bucket.
 
 A decode step of a small model is hundreds of short kernels; launched one by one from Python
 they take longer than the GPU needs to run them. Replaying a captured graph launches them all at
-once. Shapes must be fixed inside a graph, so the number of rows is rounded up to a power of two
-(extra rows decode a dummy token into a free slot and are ignored) and the number of key
-positions attention reads is rounded up to a multiple of `length_step`. Each bucket is captured
-the first time it is needed, from the step's real inputs, which the capture's warm-up runs write
-to the cache exactly as the replay will.
+once, sampling included. Shapes must be fixed inside a graph, so the number of rows is rounded up
+to a power of two (padding columns of the staged block decode a dummy token into a free slot and
+are ignored) and the number of key positions attention reads is rounded up to a multiple of
+`length_step`. Each bucket is captured the first time it is needed, from the step's real inputs,
+which the capture's warm-up runs write to the cache exactly as the replay will.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import torch
 
-from agentrl.engine.host_copy import to_device
+from agentrl.engine.decode_batch import NUM_FIELDS, DecodeBatch
 
-DecodeForward = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
-"""(input_ids [rows, 1], positions [rows, 1], key_length) -> logits [rows, vocab]."""
+DecodeStep = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
+"""(staged block [NUM_FIELDS, columns] on the device, key_length) -> (logits [columns, vocab], picked [2, columns])."""
 
 
 def bucket_rows(num_rows: int, max_rows: int) -> int:
@@ -27,16 +27,27 @@ def bucket_rows(num_rows: int, max_rows: int) -> int:
 
 
 class DecodeGraphs:
-    """Captured decode forwards over static input buffers, keyed by (rows, key length)."""
+    """Captured decode steps over one static input block, keyed by (rows, key length).
+
+    `carried`: a device tensor the step reads and then overwrites (the previous step's samples);
+    the capture's warm-up runs put it back as they found it, so the replay reads what it should.
+    """
 
     def __init__(
-        self, forward: DecodeForward, *, max_rows: int, device: torch.device, length_step: int
+        self,
+        step: DecodeStep,
+        *,
+        max_rows: int,
+        device: torch.device,
+        length_step: int,
+        carried: torch.Tensor,
     ) -> None:
-        self._forward = forward
+        self._step = step
         self.max_rows = max_rows
         self.length_step = length_step
-        self._inputs = torch.zeros((2, max_rows, 1), dtype=torch.long, device=device)  # ids, positions
-        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._carried = carried
+        self._block = torch.zeros(NUM_FIELDS * max_rows, dtype=torch.float64, device=device)
+        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
         self._pool = None
 
     @property
@@ -48,37 +59,37 @@ class DecodeGraphs:
         self._graphs.clear()
         self._pool = None  # a pool whose graphs are all freed cannot take a new capture
 
-    def run(self, input_ids: torch.Tensor, positions: list[int], capacity: int) -> torch.Tensor:
-        """Logits [len(positions), vocab] of one decode step; keys up to max(positions) are read.
+    def columns(self, num_rows: int) -> int:
+        """Columns of the staged block for `num_rows` rows: the graph bucket's."""
+        return bucket_rows(num_rows, self.max_rows)
 
-        `input_ids` [rows] are on the device (the previous step's samples, mostly). Padding rows
-        keep whatever ids the buffer holds from earlier steps: any valid id will do.
-        """
-        num_rows = len(positions)
-        rows = bucket_rows(num_rows, self.max_rows)
-        needed = max(positions) + 1
+    def run(self, batch: DecodeBatch, capacity: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(logits, picked, block on the device) of one decode step, every column; keys up to the longest row are read."""
+        columns = batch.staged.shape[1]
+        needed = batch.max_position + 1
         key_length = min(capacity, -(-needed // self.length_step) * self.length_step)
-        self._inputs[0, :num_rows, 0].copy_(input_ids)
-        self._inputs[1, :rows, 0].copy_(
-            to_device(positions + [0] * (rows - num_rows), torch.long, self._inputs.device)
-        )
-        key = (rows, key_length)
+        block = self._block[: NUM_FIELDS * columns].view(NUM_FIELDS, columns)
+        block.copy_(batch.staged, non_blocking=True)
+        key = (columns, key_length)
         if key not in self._graphs:
-            self._graphs[key] = self._capture(rows, key_length)
-        graph, logits = self._graphs[key]
+            self._graphs[key] = self._capture(block, key_length)
+        graph, logits, picked = self._graphs[key]
         graph.replay()
-        return logits[:num_rows]
+        return logits, picked, block
 
-    def _capture(self, rows: int, key_length: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        input_ids, positions = self._inputs[0, :rows], self._inputs[1, :rows]
+    def _capture(
+        self, block: torch.Tensor, key_length: int
+    ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]:
+        carried = self._carried.clone()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up outside the graph: lazy init, autotuning
             for _ in range(2):
-                self._forward(input_ids, positions, key_length)
+                self._step(block, key_length)
+                self._carried.copy_(carried)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            logits = self._forward(input_ids, positions, key_length)
+            logits, picked = self._step(block, key_length)
         self._pool = graph.pool()
-        return graph, logits
+        return graph, logits, picked

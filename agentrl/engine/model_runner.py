@@ -8,14 +8,18 @@ model, and every model on CPU, through transformers' modules with attention rout
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import torch
 from transformers import PreTrainedModel
 
 from agentrl.compiled_layers import compile_decoder_layers
+from agentrl.engine.decode_batch import DecodeBatch, DecodeInputs
 from agentrl.engine.decode_graphs import DecodeGraphs
 from agentrl.engine.model_setup import attention_backends, fused_forward_unsupported, slot_shape
+from agentrl.engine.protocol import SamplingParams
+from agentrl.engine.sampling import sample_next_tokens, stack_picked
 from agentrl.engine.slot_attention import install_slot_attention
 from agentrl.engine.slot_cache import SlotForward, SlotKVCache, causal_slot_mask
 from agentrl.engine.step_inputs import StepInputs, decode_inputs
@@ -57,21 +61,45 @@ class ModelRunner:
             compile_decoder_layers(model)
         self.slots = SlotKVCache(**slot_shape(model), num_slots=max_batch_size, max_capacity=max_context_len,
                                  dtype=next(model.parameters()).dtype, device=device)  # fmt: skip
+        # The tokens the last decode step sampled, by row: the next step's input ids, kept on the device.
+        self.samples = torch.zeros(max_batch_size, dtype=torch.long, device=device)
         self.decode_graphs = None
         if cuda_graphs and device.type == "cuda":
-            self.decode_graphs = DecodeGraphs(self._decode_forward, max_rows=max_batch_size, device=device,
-                                              length_step=256)  # fmt: skip
+            self.decode_graphs = DecodeGraphs(self._graph_step, max_rows=max_batch_size, device=device,
+                                              length_step=256, carried=self.samples)  # fmt: skip
 
     def grow_slots(self, num_positions: int) -> None:
         """Make every slot hold at least `num_positions` positions."""
         if self.slots.ensure_capacity(num_positions) and self.decode_graphs is not None:
             self.decode_graphs.clear()  # the graphs read the storage that was just replaced
 
-    def decode(self, input_ids: torch.Tensor, positions: list[int]) -> torch.Tensor:
-        """Logits [rows, vocab] of one new token for each of slots 0..rows-1 (`input_ids` on the device)."""
-        if self.decode_graphs is not None:
-            return self.decode_graphs.run(input_ids, positions, self.slots.capacity)
-        return self.forward(decode_inputs(input_ids, positions), first_slot=0)
+    def stage_decode(
+        self,
+        positions: list[int],
+        sources: list[int],
+        host_ids: list[int],
+        params: list[SamplingParams],
+        uniforms: list[float],
+    ) -> DecodeBatch:
+        """A decode step's inputs for slots 0..len(positions)-1, staged as `DecodeBatch.stage` says."""
+        columns = len(positions) if self.decode_graphs is None else self.decode_graphs.columns(len(positions))
+        return DecodeBatch.stage(positions, sources, host_ids, params, uniforms,
+                                 columns=columns, pin=self.device.type == "cuda")  # fmt: skip
+
+    def decode(self, batch: DecodeBatch) -> torch.Tensor:
+        """One new token for each of the batch's rows, sampled: [2, rows] float64 (token id, logprob) on the device."""
+        num_rows = batch.num_rows
+        if self.decode_graphs is None:
+            block = batch.staged.to(self.device, non_blocking=True)
+            _, picked = self._decode_step(block, batch.params, batch.max_position + 1)
+            return picked
+        logits, picked, block = self.decode_graphs.run(batch, self.slots.capacity)
+        if batch.filters:  # the graph sampled by temperature alone: sample these rows again
+            sampling = DecodeInputs.unpack(block[:, :num_rows], batch.params).sampling
+            token_ids, logprobs = sample_next_tokens(logits[:num_rows], sampling)
+            self.samples[:num_rows].copy_(token_ids)
+            return stack_picked(token_ids, logprobs)
+        return picked[:, :num_rows]
 
     def forward(self, inputs: StepInputs, first_slot: int) -> torch.Tensor:
         """Logits of each row's last position: [num_rows, vocab]."""
@@ -91,11 +119,27 @@ class ModelRunner:
             )  # fmt: skip
         return output.logits[:, -1, :]
 
-    def _decode_forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, key_length: int
-    ) -> torch.Tensor:
-        """A decode step over slots 0..rows-1 on static device tensors (the body of a CUDA graph)."""
-        num_rows = input_ids.shape[0]
-        slots = torch.arange(num_rows, device=self.device)
-        inputs = StepInputs(input_ids, positions, slots, positions[:, 0], None, key_length)
-        return self.forward(inputs, first_slot=0)
+    def _decode_step(
+        self,
+        block: torch.Tensor,
+        params: list[SamplingParams],
+        key_length: int,
+        temperature_only: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [columns, vocab], picked [2, columns]) of a decode step over slots 0..columns-1.
+
+        Reads the previous step's samples for rows that continue one, and leaves its own in their place.
+        """
+        inputs = DecodeInputs.unpack(block, params)
+        input_ids = inputs.input_ids(self.samples)
+        logits = self.forward(decode_inputs(input_ids, inputs.positions, key_length), first_slot=0)
+        sampling = inputs.sampling
+        if temperature_only:
+            sampling = dataclasses.replace(sampling, all_greedy=False, max_top_k=-1, any_top_p=False)
+        token_ids, logprobs = sample_next_tokens(logits, sampling)
+        self.samples[: token_ids.shape[0]].copy_(token_ids)
+        return logits, stack_picked(token_ids, logprobs)
+
+    def _graph_step(self, block: torch.Tensor, key_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The body of a decode graph: its sampler is the temperature-only one, whatever the rows ask."""
+        return self._decode_step(block, [], key_length, temperature_only=True)

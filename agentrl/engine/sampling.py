@@ -47,28 +47,41 @@ class RowSampling:
     max_top_k: int  # largest top_k of any row, -1 when no row uses top-k
     any_top_p: bool
 
+    @property
+    def filters(self) -> bool:
+        """Whether some row uses top-k or top-p (else the temperature-only sampler serves every row)."""
+        return self.max_top_k > 0 or self.any_top_p
+
     @staticmethod
     def build(
         params: list[SamplingParams], generators: list[random.Random], device: torch.device
     ) -> RowSampling:
         """Draw one uniform per sampled row from that row's own generator; one host-to-device copy."""
-        uniforms = [g.random() if p.temperature > 0 else 0.0 for p, g in zip(params, generators, strict=True)]
-        staged = [
-            [p.temperature for p in params],
-            [p.top_k for p in params],
-            [p.top_p for p in params],
-            uniforms,
-        ]
-        on_device = to_device(staged, torch.float64, device)  # [4, num_rows]; top_k is exact in float64
+        staged = to_device(sampling_rows(params, draw_uniforms(params, generators)), torch.float64, device)
+        return RowSampling.from_staged(staged, params)
+
+    @staticmethod
+    def from_staged(staged: torch.Tensor, params: list[SamplingParams]) -> RowSampling:
+        """From `sampling_rows` on the device ([4, rows] float64); the flags come from `params` on the host."""
         return RowSampling(
-            temperatures=on_device[0].float(),
-            top_ks=on_device[1].long(),
-            top_ps=on_device[2].float(),
-            uniforms=on_device[3],
+            temperatures=staged[0].float(),
+            top_ks=staged[1].long(),
+            top_ps=staged[2].float(),
+            uniforms=staged[3],
             all_greedy=all(p.temperature == 0 for p in params),
-            max_top_k=max(p.top_k for p in params),
+            max_top_k=max((p.top_k for p in params), default=-1),
             any_top_p=any(p.top_p < 1 for p in params),
         )
+
+
+def draw_uniforms(params: list[SamplingParams], generators: list[random.Random]) -> list[float]:
+    """This step's draw for each row from its own generator; greedy rows draw nothing."""
+    return [g.random() if p.temperature > 0 else 0.0 for p, g in zip(params, generators, strict=True)]
+
+
+def sampling_rows(params: list[SamplingParams], uniforms: list[float]) -> list[list[float]]:
+    """[temperatures, top-k, top-p, uniforms], one value per row: 4 rows of a float64 block (top-k is exact)."""
+    return [[p.temperature for p in params], [p.top_k for p in params], [p.top_p for p in params], uniforms]
 
 
 def sample_next_tokens(logits: torch.Tensor, rows: RowSampling) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,7 +90,7 @@ def sample_next_tokens(logits: torch.Tensor, rows: RowSampling) -> tuple[torch.T
     The logprob is log_softmax(logits / temperature) of the chosen token before top-k/top-p
     filtering; greedy rows (temperature 0) report log_softmax(logits).
     """
-    if logits.is_cuda and rows.max_top_k <= 0 and not rows.any_top_p:
+    if logits.is_cuda and not rows.filters:
         from agentrl.engine.fused_sampling import sample_with_temperature  # Triton: CUDA machines only
 
         return sample_with_temperature(logits, rows.temperatures, rows.uniforms)
@@ -88,12 +101,17 @@ def sample_next_tokens(logits: torch.Tensor, rows: RowSampling) -> tuple[torch.T
     token_ids = scaled.argmax(dim=-1)
     if not rows.all_greedy:
         weights = (scaled - log_normalizers).exp()
-        if rows.max_top_k > 0 or rows.any_top_p:
+        if rows.filters:
             weights = weights.masked_fill_(~top_k_top_p_mask(scaled, rows), 0.0)
         sampled = inverse_cdf_sample(weights, rows.uniforms)
         token_ids = torch.where(greedy, token_ids, sampled)
     logprobs = scaled.gather(-1, token_ids[:, None]) - log_normalizers
     return token_ids, logprobs.squeeze(-1)
+
+
+def stack_picked(token_ids: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
+    """[2, rows] float64 (token id, logprob): one tensor, so one copy brings a step's picks to the host."""
+    return torch.stack((token_ids.double(), logprobs.double()))  # ids are exact in float64
 
 
 def top_k_top_p_mask(scaled: torch.Tensor, rows: RowSampling) -> torch.Tensor:

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 import torch
 
-from agentrl.engine.host_copy import to_device
-
 
 @dataclass(frozen=True)
 class StepInputs:
@@ -61,14 +59,16 @@ def prefill_inputs(prompts: list[list[int]], cached_lengths: list[int], first_sl
     )
 
 
-def decode_inputs(input_ids: torch.Tensor, positions: list[int]) -> StepInputs:
-    """One new token per row (`input_ids` [rows]), rows 0.. in slot order, each stored at its position."""
-    position_tensor = to_device(positions, torch.long, input_ids.device)
+def decode_inputs(input_ids: torch.Tensor, positions: torch.Tensor, key_length: int) -> StepInputs:
+    """One new token per row (`input_ids`, `positions` [rows] on one device), rows 0.. in slot order.
+
+    Each token is stored at its position; attention reads `key_length` positions, at least 1 + the largest.
+    """
     return StepInputs(
         input_ids=input_ids[:, None],
-        positions=position_tensor[:, None],
-        write_slots=torch.arange(len(positions), device=input_ids.device),
-        write_positions=position_tensor,
+        positions=positions[:, None],
+        write_slots=torch.arange(input_ids.shape[0], device=input_ids.device),
+        write_positions=positions,
         write_index=None,
-        key_length=max(positions) + 1,
+        key_length=key_length,
     )

@@ -38,7 +38,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from agentrl.engine.admission import admit
 from agentrl.engine.engine_records import EngineStats, StepKind, StepRecord, WeightUpdate
-from agentrl.engine.host_copy import to_device
 from agentrl.engine.model_runner import ModelRunner
 from agentrl.engine.model_setup import (
     check_full_attention,
@@ -50,7 +49,13 @@ from agentrl.engine.pending_decode import PendingDecode
 from agentrl.engine.prefix_cache import PrefixCache
 from agentrl.engine.protocol import FinishReason, Generation, SamplingParams
 from agentrl.engine.request import Request
-from agentrl.engine.sampling import RowSampling, sample_next_tokens, validate_sampling
+from agentrl.engine.sampling import (
+    RowSampling,
+    draw_uniforms,
+    sample_next_tokens,
+    stack_picked,
+    validate_sampling,
+)
 from agentrl.engine.step_inputs import prefill_inputs
 
 _SHUTDOWN = object()
@@ -291,9 +296,8 @@ class TransformersEngine:
         self.runner.grow_slots(max(len(r.prompt_ids) for r in requests))
         cached_lengths = self._reuse_prefixes(requests, first_slot)
         inputs = prefill_inputs([r.prompt_ids for r in requests], cached_lengths, first_slot).to(self.device)
-        sampling = self._row_sampling(requests)
         logits = self.runner.forward(inputs, first_slot)
-        self._sample(logits, requests, sampling)
+        self._sample(logits, requests)
         for request in requests:
             request.cache_length = len(request.prompt_ids)
         if self.prefix_cache is not None:
@@ -332,17 +336,18 @@ class TransformersEngine:
         requests = list(self._rows)
         positions = [r.cache_length for r in requests]
         self.runner.grow_slots(max(positions) + 1)
-        if previous is None:
-            input_ids = to_device([r.completion_ids[-1] for r in requests], torch.long, self.device)
-        else:
-            input_ids = previous.next_input_ids(requests, self.device)
-        logits = self.runner.decode(input_ids, positions)
-        sampling = self._row_sampling(requests)  # drawn and staged while the device runs the forward
-        token_ids, logprobs = sample_next_tokens(logits, sampling)
+        # A row the previous step decoded continues from that step's sample, still on the device.
+        sources = [-1] * len(requests) if previous is None else previous.rows_of(requests)
+        host_ids = [
+            0 if source >= 0 else r.completion_ids[-1] for r, source in zip(requests, sources, strict=True)
+        ]
+        params = [r.sampling for r in requests]
+        uniforms = draw_uniforms(params, [r.generator for r in requests])
+        picked = self.runner.decode(self.runner.stage_decode(positions, sources, host_ids, params, uniforms))
         for request in requests:
             request.cache_length += 1
         self._decodes_since_prefill += 1
-        return PendingDecode.launch(requests, token_ids, logprobs)
+        return PendingDecode.launch(requests, picked)
 
     def _finish_decode(self, step: PendingDecode) -> None:
         """Append a launched step's tokens to the rows it did not find finished; retire finished rows."""
@@ -362,11 +367,11 @@ class TransformersEngine:
             step, self._pending = self._pending, None
             self._finish_decode(step)
 
-    def _row_sampling(self, requests: list[Request]) -> RowSampling:
-        return RowSampling.build([r.sampling for r in requests], [r.generator for r in requests], self.device)
-
-    def _sample(self, logits: torch.Tensor, requests: list[Request], sampling: RowSampling) -> None:
-        picked = PendingDecode.launch(requests, *sample_next_tokens(logits, sampling))
+    def _sample(self, logits: torch.Tensor, requests: list[Request]) -> None:
+        sampling = RowSampling.build(
+            [r.sampling for r in requests], [r.generator for r in requests], self.device
+        )
+        picked = PendingDecode.launch(requests, stack_picked(*sample_next_tokens(logits, sampling)))
         for request, token_id, logprob in zip(requests, *picked.read(), strict=True):
             request.append(int(token_id), logprob)
         self.stats.num_generated_tokens += len(requests)

@@ -49,6 +49,22 @@ def test_decode_attention_matches_sdpa_on_each_rows_own_length(heads, kv_heads, 
     )
 
 
+def test_decode_attention_of_a_batch_too_large_to_split_matches_sdpa():
+    """Enough rows that every program walks a whole row and writes the output with no merge."""
+    from agentrl.engine.decode_attention import decode_attention, split_keys_for
+
+    generator = torch.Generator(device="cuda").manual_seed(2)
+    rows, capacity = 600, 300
+    assert split_keys_for(rows, 2, capacity) >= capacity  # one split per row: the direct path
+    keys, values = torch.randn((2, rows, 2, capacity, 64), generator=generator, device="cuda").to(
+        torch.bfloat16
+    )
+    query = torch.randn((rows, 14, 64), generator=generator, device="cuda").to(torch.bfloat16)
+    lengths = torch.randint(1, capacity + 1, (rows,), generator=generator, device="cuda")
+    got = decode_attention(query, keys, values, lengths, 0.125)
+    torch.testing.assert_close(got.float(), reference(query, keys, values, lengths, 0.125), atol=2e-2, rtol=0)
+
+
 def test_decode_attention_ignores_keys_past_each_rows_length():
     from agentrl.engine.decode_attention import decode_attention
 

@@ -32,11 +32,10 @@ def test_prefill_feeds_only_uncached_prompt_tokens_left_padded_at_their_position
 
 
 def test_decode_feeds_one_token_per_row_at_its_cache_length():
-    inputs = decode_inputs(torch.tensor([4, 9]), positions=[6, 2])
+    inputs = decode_inputs(torch.tensor([4, 9]), torch.tensor([6, 2]), key_length=7)
     assert inputs.input_ids.tolist() == [[4], [9]]
     assert inputs.positions.tolist() == [[6], [2]]
     assert (inputs.write_slots.tolist(), inputs.write_positions.tolist()) == ([0, 1], [6, 2])
-    assert inputs.key_length == 7
 
 
 def test_a_token_sees_its_own_and_earlier_positions_and_padding_sees_position_zero():

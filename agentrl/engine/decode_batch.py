@@ -1,0 +1,85 @@
+"""Inference stage, one decode step's per-row inputs, staged on the host for a single copy to the device.
+
+Per row, a decode step needs the position it writes, where its input token comes from (the
+previous step's sample, still on the device, or a token the host knows: a row just prefilled),
+and its sampling parameters with this step's uniform draw. Sent field by field, that is several
+small host-to-device copies, and each costs host time that a decode step of a small model cannot
+hide. Here every field is one row of a float64 block (each value is a float, or an integer far
+below 2**53), written on the host and copied once; the device unpacks it with a few casts.
+
+A block may have more columns than the step has rows (a CUDA graph bucket): padding columns
+decode greedily, from token 0 at position 0, and nobody reads what they sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from agentrl.engine.protocol import SamplingParams
+from agentrl.engine.sampling import RowSampling, sampling_rows
+
+POSITIONS, SOURCES, HOST_IDS, SAMPLING = 0, 1, 2, 3  # rows of the block; SAMPLING.. hold `sampling_rows`
+NUM_FIELDS = SAMPLING + 4
+PADDING = np.array([0.0, -1.0, 0.0, 0.0, -1.0, 1.0, 0.0])[:, None]  # a padding column, field by field
+
+
+@dataclass(frozen=True)
+class DecodeBatch:
+    """A decode step's staged inputs; its rows are slots 0..num_rows-1."""
+
+    staged: torch.Tensor  # [NUM_FIELDS, columns] float64 on the host (pinned when bound for CUDA)
+    params: list[SamplingParams]  # [num_rows], for the host-side sampling flags
+    max_position: int
+
+    @staticmethod
+    def stage(
+        positions: list[int],
+        sources: list[int],
+        host_ids: list[int],
+        params: list[SamplingParams],
+        uniforms: list[float],
+        *,
+        columns: int,
+        pin: bool,
+    ) -> DecodeBatch:
+        """`sources[i]`: the row of the previous decode step whose sample row i feeds on, or -1 to feed `host_ids[i]`."""
+        staged = torch.empty((NUM_FIELDS, columns), dtype=torch.float64, pin_memory=pin)
+        block = staged.numpy()
+        num_rows = len(positions)
+        block[:, num_rows:] = PADDING
+        block[POSITIONS, :num_rows] = positions
+        block[SOURCES, :num_rows] = sources
+        block[HOST_IDS, :num_rows] = host_ids
+        block[SAMPLING:, :num_rows] = sampling_rows(params, uniforms)
+        return DecodeBatch(staged, params, max(positions))
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.params)
+
+    @property
+    def filters(self) -> bool:
+        """Whether some row uses top-k or top-p."""
+        return any(p.top_k > 0 or p.top_p < 1 for p in self.params)
+
+
+@dataclass(frozen=True)
+class DecodeInputs:
+    """A staged block unpacked on the device: every column, padding included."""
+
+    positions: torch.Tensor  # [columns] int64
+    sources: torch.Tensor  # [columns] int64
+    host_ids: torch.Tensor  # [columns] int64
+    sampling: RowSampling  # its host-side flags describe the batch's real rows
+
+    @staticmethod
+    def unpack(block: torch.Tensor, params: list[SamplingParams]) -> DecodeInputs:
+        positions, sources, host_ids = block[:SAMPLING].long()
+        return DecodeInputs(positions, sources, host_ids, RowSampling.from_staged(block[SAMPLING:], params))
+
+    def input_ids(self, previous_samples: torch.Tensor) -> torch.Tensor:
+        """[columns] input ids: the previous step's sample of each row's source row, or the host's id."""
+        return torch.where(self.sources >= 0, previous_samples[self.sources.clamp(min=0)], self.host_ids)
