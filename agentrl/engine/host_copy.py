@@ -12,7 +12,11 @@ import torch
 
 def to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """`values` (a list, or nested lists) as a `dtype` tensor on `device`."""
-    tensor = torch.tensor(values, dtype=dtype)
-    if device.type != "cuda":
-        return tensor
+    return tensor_to_device(torch.tensor(values, dtype=dtype), device)
+
+
+def tensor_to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`tensor` on `device`; from the host to CUDA through pinned memory."""
+    if device.type != "cuda" or tensor.device.type != "cpu":
+        return tensor.to(device)
     return tensor.pin_memory().to(device, non_blocking=True)

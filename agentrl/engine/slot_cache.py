@@ -19,8 +19,6 @@ from dataclasses import dataclass
 
 import torch
 
-from agentrl.engine.host_copy import to_device
-
 
 class SlotKVCache:
     """Preallocated key/value storage, one slot per batch row."""
@@ -64,13 +62,15 @@ class SlotKVCache:
         self.keys, self.values, self.capacity = keys, values, capacity
         return True
 
-    def move_slots(self, sources: list[int], destinations: list[int]) -> None:
-        """Copy whole slots `sources[i]` into `destinations[i]` (the two lists are disjoint)."""
-        if not sources:
-            return
-        src, dst = to_device([sources, destinations], torch.long, self.device)
-        self.keys[:, dst] = self.keys[:, src]
-        self.values[:, dst] = self.values[:, src]
+    def move_slots(self, sources: list[int], destinations: list[int], lengths: list[int]) -> None:
+        """Copy the first `lengths[i]` positions of slot `sources[i]` into slot `destinations[i]`.
+
+        The two slot lists are disjoint. Only the positions a row has written are copied, with
+        plain strided copies: an indexed copy of whole slots moved several times the bytes, slowly.
+        """
+        for source, destination, length in zip(sources, destinations, lengths, strict=True):
+            self.keys[:, destination, :, :length] = self.keys[:, source, :, :length]
+            self.values[:, destination, :, :length] = self.values[:, source, :, :length]
 
 
 @dataclass

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from agentrl.engine.host_copy import tensor_to_device
+
 
 @dataclass(frozen=True)
 class StepInputs:
@@ -26,10 +28,12 @@ class StepInputs:
     row_spans: tuple[tuple[int, int], ...] = ()  # per row (new tokens, first new position); host-side
 
     def to(self, device: torch.device) -> StepInputs:
-        index = None if self.write_index is None else self.write_index.to(device)
+        """The same inputs on `device` (host tensors travel through pinned memory, see `host_copy`)."""
+        index = None if self.write_index is None else tensor_to_device(self.write_index, device)
         return StepInputs(
-            self.input_ids.to(device), self.positions.to(device), self.write_slots.to(device),
-            self.write_positions.to(device), index, self.key_length, self.row_spans,
+            tensor_to_device(self.input_ids, device), tensor_to_device(self.positions, device),
+            tensor_to_device(self.write_slots, device), tensor_to_device(self.write_positions, device),
+            index, self.key_length, self.row_spans,
         )  # fmt: skip
 
 

@@ -272,8 +272,6 @@ class TransformersEngine:
             return
         due = not self._rows or self._decodes_since_prefill >= self.prefill_interval
         budget = self.max_prefill_tokens if due else 0
-        if budget and self._waiting and isinstance(self._waiting[0], Request):
-            self._read_pending_decode()  # admission needs every row's finished state first
         first_pass = True
         while budget > 0 and (admitted := self._admit(budget, first_pass)):
             budget -= self._prefill(admitted)
@@ -392,7 +390,7 @@ class TransformersEngine:
         done_set = set(done)
         holes = [slot for slot in done if slot < num_kept]
         movers = [slot for slot in range(num_kept, len(self._rows)) if slot not in done_set]
-        self.runner.slots.move_slots(movers, holes)
+        self.runner.slots.move_slots(movers, holes, [self._rows[slot].cache_length for slot in movers])
         for hole, mover in zip(holes, movers, strict=True):
             self._rows[hole] = self._rows[mover]
         del self._rows[num_kept:]

@@ -59,10 +59,14 @@ def test_a_forward_writes_real_tokens_into_their_slots_and_reads_the_slot_prefix
     assert keys.data_ptr() == slots.keys[0, 1].data_ptr()  # a view of the storage, not a copy
 
 
-def test_moving_slots_copies_whole_rows_and_growing_keeps_what_was_stored():
+def test_moving_slots_copies_each_rows_written_positions_and_growing_keeps_what_was_stored():
     slots = one_layer_slots(capacity=2)
     slots.keys[0, :, 0, :, 0] = torch.tensor([[1.0, 2], [3, 4], [5, 6]])
-    slots.move_slots([2], [0])
+    slots.values[0, :, 0, :, 0] = -slots.keys[0, :, 0, :, 0]
+    slots.move_slots([2], [0], lengths=[1])  # slot 2 has written one position: slot 0 keeps its second
+    assert slots.keys[0, :, 0, :, 0].tolist() == [[5, 2], [3, 4], [5, 6]]
+    assert slots.values[0, :, 0, :, 0].tolist() == [[-5, -2], [-3, -4], [-5, -6]]
+    slots.move_slots([2], [0], lengths=[2])
     assert slots.keys[0, :, 0, :, 0].tolist() == [[5, 6], [3, 4], [5, 6]]
     assert slots.ensure_capacity(3) is True
     assert slots.capacity == 4
