@@ -3,7 +3,9 @@
 The scheduler decides which rows a pass computes; this module decides how it runs. On CUDA,
 Llama and Qwen2 models go through the engine's own fused forward (`fused_decoder`); any other
 model, and every model on CPU, through transformers' modules with attention routed to the slots
-(`slot_attention`). Decode steps replay captured CUDA graphs where they exist (`decode_graphs`).
+(`slot_attention`). A decode step takes its inputs as one staged block (`decode_batch`), gathers
+its input ids on the device from the previous step's samples, and samples its own tokens; on
+CUDA it replays as a captured graph (`decode_graphs`).
 """
 
 from __future__ import annotations
