@@ -6,6 +6,11 @@ and read every key up to the step's longest row, masked. Here each program takes
 key/value head, split of the keys), reads only keys below that row's own length, and computes
 the queries of every head in the group at once (grouped heads are never expanded).
 
+The engine's fused forward calls it straight on the packed q/k/v projection
+(`rotate_store_and_attend`): each program rotates its queries itself, and the program whose keys
+include the row's newest position rotates the new key, stores it and its value into the slot and
+folds it in from registers, so rotary and the store need no kernel of their own.
+
 How many splits: enough programs to fill the GPU and no more. A large batch has a program per
 (row, key/value head) already; each walks its row's keys alone and writes the output directly.
 A small batch splits each row's keys so that about `TARGET_PROGRAMS` programs run, and a second
@@ -22,6 +27,7 @@ import triton
 import triton.language as tl
 
 from agentrl.engine.attention_blocks import fold_block
+from agentrl.engine.fused_kernels import rotate_halves
 
 BLOCK_KEYS = 64  # keys per inner iteration
 TARGET_PROGRAMS = 512  # split rows until a step launches this many programs (about 4 per H100 SM)
@@ -30,40 +36,92 @@ NUM_STAGES = 3  # loads of the next blocks in flight while one is folded
 
 @triton.jit
 def _split_attention(
-    query, keys, values, lengths, partial_out, partial_lse, scale, split_keys,
-    q_row, q_head, k_row, k_head, k_pos, v_row, v_head, v_pos, o_row, o_head, o_split, l_row, l_head,
-    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr,
-    BLOCK: tl.constexpr, STORE_LSE: tl.constexpr, PRECISION: tl.constexpr,
+    query, keys, values, lengths, partial_out, partial_lse, scale, split_keys, cos, sin,
+    q_row, q_head, k_row, k_head, k_pos, v_row, v_head, v_pos, o_row, o_head, o_split, l_row, l_head, cos_row,
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HALF_PAD: tl.constexpr,
+    HEAD_PAD: tl.constexpr, BLOCK: tl.constexpr, STORE_LSE: tl.constexpr, ROTARY: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):  # fmt: skip
     row, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    num_kv_heads = tl.num_programs(1)
+    half: tl.constexpr = HEAD_DIM // 2
     length = tl.load(lengths + row)
     start = split * split_keys
-    end = tl.minimum(start + split_keys, length)
+    if ROTARY:  # the newest key is still in the packed projection: stored and folded in below
+        end = tl.minimum(start + split_keys, length - 1)
+    else:
+        end = tl.minimum(start + split_keys, length)
     group = tl.arange(0, GROUP_PAD)
+    halves = tl.arange(0, HALF_PAD)  # scores are two dots over the halves, which rotary mixes
     dims = tl.arange(0, HEAD_PAD)  # tl.dot needs 16 or more along each side: pad small heads
     heads = kv_head * GROUP + group
     in_group = group < GROUP
-    q_mask = in_group[:, None] & (dims < HEAD_DIM)[None, :]
-    q = tl.load(query + row * q_row + heads[:, None] * q_head + dims[None, :], mask=q_mask, other=0.0)
+    in_half = halves < half
+    q_mask = in_group[:, None] & in_half[None, :]
+    q_start = query + row * q_row + heads[:, None] * q_head + halves[None, :]
+    q_first = tl.load(q_start, mask=q_mask, other=0.0)
+    q_second = tl.load(q_start + half, mask=q_mask, other=0.0)
+    if ROTARY:
+        cos_first = tl.load(cos + row * cos_row + halves, mask=in_half, other=0.0).to(tl.float32)
+        cos_second = tl.load(cos + row * cos_row + half + halves, mask=in_half, other=0.0).to(tl.float32)
+        sin_first = tl.load(sin + row * cos_row + halves, mask=in_half, other=0.0).to(tl.float32)
+        sin_second = tl.load(sin + row * cos_row + half + halves, mask=in_half, other=0.0).to(tl.float32)
+        q_first, q_second = rotate_halves(
+            q_first,
+            q_second,
+            cos_first[None, :],
+            cos_second[None, :],
+            sin_first[None, :],
+            sin_second[None, :],
+        )
     best = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     total = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_PAD], tl.float32)
     for first in range(start, end, BLOCK):  # no iteration at all for a split past the row's length
         positions = first + tl.arange(0, BLOCK)
         valid = positions < end
-        kv_mask = valid[:, None] & (dims < HEAD_DIM)[None, :]
-        k = tl.load(keys + row * k_row + kv_head * k_head + positions[:, None] * k_pos + dims[None, :],
-                    mask=kv_mask, other=0.0)  # fmt: skip
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # [GROUP_PAD, BLOCK] float32
+        k_start = keys + row * k_row + kv_head * k_head + positions[:, None] * k_pos + halves[None, :]
+        k_mask = valid[:, None] & in_half[None, :]
+        k_first = tl.load(k_start, mask=k_mask, other=0.0)
+        k_second = tl.load(k_start + half, mask=k_mask, other=0.0)
+        scores = tl.dot(q_first, tl.trans(k_first), input_precision=PRECISION)  # [GROUP_PAD, BLOCK] float32
+        scores = tl.dot(q_second, tl.trans(k_second), scores, input_precision=PRECISION)
         scores = (scores * scale).to(tl.float32)  # a Python float scale can arrive as float64
         scores = tl.where(valid[None, :], scores, float("-inf"))
         v = tl.load(values + row * v_row + kv_head * v_head + positions[:, None] * v_pos + dims[None, :],
-                    mask=kv_mask, other=0.0)  # fmt: skip
+                    mask=valid[:, None] & (dims < HEAD_DIM)[None, :], other=0.0)  # fmt: skip
         best, total, acc = fold_block(scores, v, best, total, acc, PRECISION)
+    if ROTARY:
+        newest = length - 1
+        if (start <= newest) & (newest < start + split_keys):  # this split holds the newest position
+            new = query + row * q_row + (num_kv_heads * GROUP + kv_head) * HEAD_DIM  # its key, then its value
+            new_first, new_second = rotate_halves(
+                tl.load(new + halves, mask=in_half, other=0.0),
+                tl.load(new + half + halves, mask=in_half, other=0.0),
+                cos_first, cos_second, sin_first, sin_second,
+            )  # fmt: skip
+            new_value = tl.load(new + num_kv_heads * HEAD_DIM + dims, mask=dims < HEAD_DIM, other=0.0)
+            k_target = keys + row * k_row + kv_head * k_head + newest * k_pos + halves
+            tl.store(k_target, new_first, mask=in_half)
+            tl.store(k_target + half, new_second, mask=in_half)
+            v_target = values + row * v_row + kv_head * v_head + newest * v_pos + dims
+            tl.store(v_target, new_value, mask=dims < HEAD_DIM)
+            score = tl.sum(q_first.to(tl.float32) * new_first.to(tl.float32)[None, :], 1)
+            score += tl.sum(q_second.to(tl.float32) * new_second.to(tl.float32)[None, :], 1)
+            score = (score * scale).to(tl.float32)
+            new_best = tl.maximum(best, score)
+            rescale = tl.exp(best - new_best)
+            weight = tl.exp(score - new_best)
+            total = total * rescale + weight
+            weight = weight.to(new_value.dtype).to(tl.float32)  # rounded as fold_block's tl.dot rounds it
+            acc = acc * rescale[:, None] + weight[:, None] * new_value.to(tl.float32)[None, :]
+            best = new_best
     # An empty split leaves total 0: its log-sum-exp is -inf and it weighs nothing in the merge.
     out = acc / tl.maximum(total, 1e-30)[:, None]
     out_ptrs = partial_out + row * o_row + heads[:, None] * o_head + split * o_split + dims[None, :]
-    tl.store(out_ptrs, out.to(partial_out.dtype.element_ty), mask=q_mask)
+    tl.store(
+        out_ptrs, out.to(partial_out.dtype.element_ty), mask=in_group[:, None] & (dims < HEAD_DIM)[None, :]
+    )
     if STORE_LSE:
         lse_ptrs = partial_lse + row * l_row + heads * l_head + split
         tl.store(lse_ptrs, best + tl.log(total), mask=in_group)
@@ -108,8 +166,46 @@ def decode_attention(
     [rows, heads, dim], contiguous, in the query's dtype.
     """
     assert query.stride(2) == 1
-    num_rows, num_heads, head_dim = query.shape
-    num_kv_heads, capacity = keys.shape[1], keys.shape[2]
+    return _attend(query, query.stride(0), query.stride(1), query.shape[1], keys, values, lengths, scale)
+
+
+def rotate_store_and_attend(
+    qkv: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    lengths: torch.Tensor,
+    scale: float,
+    num_heads: int,
+) -> torch.Tensor:
+    """`decode_attention` straight from the packed q/k/v projection of each row's new token.
+
+    `qkv` [rows, (heads + 2 * kv_heads) * dim]; `cos`/`sin` [rows, dim] the rotary embedding at
+    each row's new position, `lengths[row] - 1`. Rotates the queries and the new key, stores the
+    new key and value at that position of the row's `keys`/`values`, and attends over positions
+    0..lengths[row]-1: one kernel where rotary-and-store and attention took two.
+    """
+    head_dim = keys.shape[3]
+    assert qkv.stride(1) == 1 and qkv.shape[1] == (num_heads + 2 * keys.shape[1]) * head_dim
+    rotary = (cos, sin)
+    return _attend(qkv, qkv.stride(0), head_dim, num_heads, keys, values, lengths, scale, rotary)
+
+
+def _attend(
+    query: torch.Tensor,
+    query_row: int,
+    query_head: int,
+    num_heads: int,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    lengths: torch.Tensor,
+    scale: float,
+    rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    num_rows = query.shape[0]
+    num_kv_heads, capacity, head_dim = keys.shape[1], keys.shape[2], keys.shape[3]
+    cos, sin = rotary if rotary is not None else (query, query)  # unread without rotary
     split_keys = split_keys_for(num_rows, num_kv_heads, capacity)
     num_splits = triton.cdiv(capacity, split_keys)
     out = torch.empty((num_rows, num_heads, head_dim), dtype=query.dtype, device=query.device)
@@ -120,15 +216,17 @@ def decode_attention(
             (num_rows, num_heads, num_splits, head_dim), dtype=torch.float32, device=query.device
         )
         partial_lse = torch.empty((num_rows, num_heads, num_splits), dtype=torch.float32, device=query.device)
+    group = num_heads // num_kv_heads
     _split_attention[(num_rows, num_kv_heads, num_splits)](
-        query, keys, values, lengths, partial_out, partial_lse, scale, split_keys,
-        query.stride(0), query.stride(1), keys.stride(0), keys.stride(1), keys.stride(2),
+        query, keys, values, lengths, partial_out, partial_lse, scale, split_keys, cos, sin,
+        query_row, query_head, keys.stride(0), keys.stride(1), keys.stride(2),
         values.stride(0), values.stride(1), values.stride(2),
         partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
-        partial_lse.stride(0), partial_lse.stride(1),
-        GROUP=num_heads // num_kv_heads, GROUP_PAD=max(16, triton.next_power_of_2(num_heads // num_kv_heads)),
-        HEAD_DIM=head_dim, HEAD_PAD=max(16, triton.next_power_of_2(head_dim)), BLOCK=BLOCK_KEYS,
-        STORE_LSE=num_splits > 1, num_stages=NUM_STAGES,
+        partial_lse.stride(0), partial_lse.stride(1), cos.stride(0),
+        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
+        HALF_PAD=max(16, triton.next_power_of_2(head_dim // 2)),
+        HEAD_PAD=max(16, triton.next_power_of_2(head_dim)), BLOCK=BLOCK_KEYS,
+        STORE_LSE=num_splits > 1, ROTARY=rotary is not None, num_stages=NUM_STAGES,
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",  # float32 stays exact; bf16 ignores it
     )  # fmt: skip
     if num_splits > 1:

@@ -3,8 +3,8 @@
 A decode step of a small model is hundreds of short kernels; launched one by one from Python
 they take longer than the GPU needs to run them. Replaying a captured graph launches them all at
 once, sampling included. Shapes must be fixed inside a graph, so the number of rows is rounded up
-to a power of two (padding columns of the staged block decode a dummy token into a free slot and
-are ignored) and the number of key positions attention reads is rounded up to a multiple of
+(`bucket_rows`: padding columns of the staged block decode a dummy token into a free slot and are
+ignored) and the number of key positions attention reads is rounded up to a multiple of
 `length_step`. Each bucket is captured the first time it is needed, from the step's real inputs,
 which the capture's warm-up runs write to the cache exactly as the replay will.
 """
@@ -17,13 +17,21 @@ import torch
 
 from agentrl.engine.decode_batch import NUM_FIELDS, DecodeBatch
 
+ROW_STEP = 32  # past this many rows, graphs come in multiples of it
+
 DecodeStep = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
 """(staged block [NUM_FIELDS, columns] on the device, key_length) -> (logits [columns, vocab], picked [2, columns])."""
 
 
 def bucket_rows(num_rows: int, max_rows: int) -> int:
-    """The smallest power of two >= num_rows, at most max_rows."""
-    return min(max_rows, 1 << (num_rows - 1).bit_length())
+    """Rows of the graph that decodes `num_rows` rows, at most `max_rows`.
+
+    The next power of two up to `ROW_STEP`, then the next multiple of `ROW_STEP`: padding rows cost
+    GEMM time, so a large batch is padded by less than a power of two would pad it.
+    """
+    if num_rows <= ROW_STEP:
+        return min(max_rows, 1 << (num_rows - 1).bit_length())
+    return min(max_rows, -(-num_rows // ROW_STEP) * ROW_STEP)
 
 
 class DecodeGraphs:

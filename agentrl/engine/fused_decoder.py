@@ -5,7 +5,8 @@ of a small model the GPU spends more time between those launches than in them. T
 reads the same parameters and runs each layer as nine kernels: RMSNorm with the residual add,
 one packed q/k/v projection, rotary embedding with the key/value store, attention, the output
 projection, RMSNorm with the residual add, one packed gate/up projection, SiLU-and-multiply, and
-the down projection. The q/k/v and gate/up weights are packed once into one matrix each, and the
+the down projection. In a decode step rotary, the store and attention are one kernel
+(`decode_attention.rotate_store_and_attend`): eight a layer. The q/k/v and gate/up weights are packed once into one matrix each, and the
 model's own parameters become views of it, so a weight update copied into the model's
 parameters (`update_weights`) reaches the packed matrices with no extra step.
 
@@ -20,17 +21,19 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 from transformers import PreTrainedModel
 
-from agentrl.engine.decode_attention import decode_attention
+from agentrl.engine.decode_attention import rotate_store_and_attend
 from agentrl.engine.fused_kernels import add_rms_norm, rotary_store, silu_and_multiply
 from agentrl.engine.model_setup import fused_forward_unsupported, pack_linears
 from agentrl.engine.prefill_attention import prefill_attention, prefill_tiles
 from agentrl.engine.slot_cache import SlotKVCache
 from agentrl.engine.step_inputs import StepInputs
 
-Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-"""(queries [tokens, heads, dim], one layer's keys, values [slots, kv_heads, capacity, dim]) -> [tokens, heads, dim]."""
+Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""(qkv [tokens, (heads + 2 * kv_heads) * dim], cos, sin [tokens, dim], one layer's keys, values
+[slots, kv_heads, capacity, dim]) -> [tokens, heads, dim]: rotary, the key/value store and attention."""
 
 
 @dataclass(frozen=True)
@@ -88,17 +91,15 @@ class FusedDecoder:
         token_ids = inputs.input_ids.reshape(-1)
         if real is not None:
             token_ids = token_ids[real]
-        positions, slots = inputs.write_positions, inputs.write_slots  # [tokens]
         hidden = self.embed_tokens(token_ids)  # [tokens, hidden]
-        cos, sin = self.rotary_embedding(hidden, positions[None])
+        cos, sin = self.rotary_embedding(hidden, inputs.write_positions[None])
         attend = self._attention(inputs, first_slot)
         residual = None
         for index, layer in enumerate(self.layers):
             normed, residual = add_rms_norm(hidden, residual, layer.input_norm, self.eps)
             qkv = F.linear(normed, layer.qkv_weight, layer.qkv_bias)
-            keys, values = storage.keys[index], storage.values[index]
-            queries = rotary_store(qkv, cos[0], sin[0], keys, values, slots, positions, self.num_heads)
-            hidden = layer.output_projection(attend(queries, keys, values).view(queries.shape[0], -1))
+            attended = attend(qkv, cos[0], sin[0], storage.keys[index], storage.values[index])
+            hidden = layer.output_projection(attended.view(qkv.shape[0], -1))
             normed, residual = add_rms_norm(hidden, residual, layer.post_norm, self.eps)
             gate_up = F.linear(normed, layer.gate_up_weight, layer.gate_up_bias)
             hidden = layer.down_projection(silu_and_multiply(gate_up))
@@ -110,21 +111,24 @@ class FusedDecoder:
         return self.model.lm_head(normed)
 
     def _attention(self, inputs: StepInputs, first_slot: int) -> Attention:
-        """Attention of the pass's queries [tokens, heads, dim] over one layer's slot storage."""
+        """Rotary, the key/value store and attention of the pass's tokens over one layer's slot storage."""
         num_rows = inputs.input_ids.shape[0]
-        if inputs.write_index is None:  # one new token per row: decode
+        if inputs.write_index is None:  # one new token per row: decode, in one kernel
             rows, lengths = slice(first_slot, first_slot + num_rows), inputs.write_positions + 1
             columns = slice(0, inputs.key_length)  # the split count follows the longest row
 
-            def attend(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-                return decode_attention(
-                    queries, keys[rows, :, columns], values[rows, :, columns], lengths, self.scale
+            def attend_decode(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+                keys, values = keys[rows, :, columns], values[rows, :, columns]
+                return rotate_store_and_attend(
+                    qkv, cos, sin, keys, values, lengths, self.scale, self.num_heads
                 )
 
-            return attend
+            return attend_decode
         tiles = prefill_tiles(first_slot, list(inputs.row_spans), inputs.input_ids.device)
+        slots, positions = inputs.write_slots, inputs.write_positions
 
-        def attend(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        def attend_prefill(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+            queries = rotary_store(qkv, cos, sin, keys, values, slots, positions, self.num_heads)
             return prefill_attention(queries, keys, values, tiles, self.scale)
 
-        return attend
+        return attend_prefill

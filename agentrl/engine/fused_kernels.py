@@ -53,6 +53,17 @@ def add_rms_norm(
 
 
 @triton.jit
+def rotate_halves(first, second, cos_first, cos_second, sin_first, sin_second):
+    """x * cos + rotate_half(x) * sin, where rotate_half(x) = (-x[half:], x[:half]), on x's two halves.
+
+    Computed in float32 and rounded to x's dtype, as the model's own rotary embedding rounds it.
+    """
+    rotated_first = first.to(tl.float32) * cos_first - second.to(tl.float32) * sin_first
+    rotated_second = second.to(tl.float32) * cos_second + first.to(tl.float32) * sin_second
+    return rotated_first.to(first.dtype), rotated_second.to(first.dtype)
+
+
+@triton.jit
 def _rotary_store(
     qkv, cos, sin, query_out, keys, values, token_slots, token_positions,
     qkv_row, cos_row, k_slot, k_head, k_pos, v_slot, v_head, v_pos,
@@ -69,9 +80,7 @@ def _rotary_store(
     source = qkv + token * qkv_row + head * HEAD_DIM
     first = tl.load(source + dims, mask=in_half, other=0.0)
     second = tl.load(source + half + dims, mask=in_half, other=0.0)
-    # x * cos + rotate_half(x) * sin, where rotate_half(x) = (-x[half:], x[:half]).
-    rotated_first = (first.to(tl.float32) * cos_first - second.to(tl.float32) * sin_first).to(first.dtype)
-    rotated_second = (second.to(tl.float32) * cos_second + first.to(tl.float32) * sin_second).to(first.dtype)
+    rotated_first, rotated_second = rotate_halves(first, second, cos_first, cos_second, sin_first, sin_second)
     if head < NUM_HEADS:
         target = query_out + (token * NUM_HEADS + head) * HEAD_DIM
         tl.store(target + dims, rotated_first, mask=in_half)

@@ -75,3 +75,33 @@ def test_decode_attention_ignores_keys_past_each_rows_length():
     before = decode_attention(query, keys, values, lengths, 0.125)
     keys[0, :, 5:], values[1, :, 130:] = 1e4, float("nan")  # garbage where no row may read
     assert torch.equal(decode_attention(query, keys, values, lengths, 0.125), before)
+
+
+@pytest.mark.parametrize(("rows", "heads", "head_dim"), [(9, 14, 64), (600, 14, 64), (9, 12, 128), (5, 4, 8)])
+def test_rotating_storing_and_attending_in_one_kernel_equals_rotary_store_then_attention(
+    rows, heads, head_dim
+):
+    """The decode step's fused kernel: same output, same stored key and value, split or not."""
+    from agentrl.engine.decode_attention import decode_attention, rotate_store_and_attend
+    from agentrl.engine.fused_kernels import rotary_store
+
+    generator = torch.Generator(device="cuda").manual_seed(3)
+    dtype = torch.float32 if head_dim == 8 else torch.bfloat16
+    kv_heads, capacity = 2, 300
+    keys, values = torch.randn(
+        (2, rows, kv_heads, capacity, head_dim), generator=generator, device="cuda"
+    ).to(dtype)
+    qkv = torch.randn((rows, (heads + 2 * kv_heads) * head_dim), generator=generator, device="cuda").to(dtype)
+    positions = torch.randint(0, capacity, (rows,), generator=generator, device="cuda")
+    positions[0] = 0  # a row whose only key is its new one
+    angles = positions[:, None].float() * torch.rand(head_dim // 2, generator=generator, device="cuda")
+    cos, sin = torch.cat([angles.cos()] * 2, 1).to(dtype), torch.cat([angles.sin()] * 2, 1).to(dtype)
+    expected_keys, expected_values = keys.clone(), values.clone()
+    queries = rotary_store(
+        qkv, cos, sin, expected_keys, expected_values, torch.arange(rows, device="cuda"), positions, heads
+    )
+    expected = decode_attention(queries, expected_keys, expected_values, positions + 1, head_dim**-0.5)
+    got = rotate_store_and_attend(qkv, cos, sin, keys, values, positions + 1, head_dim**-0.5, heads)
+    assert torch.equal(keys, expected_keys) and torch.equal(values, expected_values)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.float(), expected.float(), atol=tolerance, rtol=0)
