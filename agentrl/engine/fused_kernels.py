@@ -52,6 +52,9 @@ def add_rms_norm(
     return normed, summed
 
 
+ROTARY_TOKENS = 32  # tokens per program of `rotary_store`
+
+
 @triton.jit
 def rotate_halves(first, second, cos_first, cos_second, sin_first, sin_second):
     """x * cos + rotate_half(x) * sin, where rotate_half(x) = (-x[half:], x[:half]), on x's two halves.
@@ -65,40 +68,52 @@ def rotate_halves(first, second, cos_first, cos_second, sin_first, sin_second):
 
 @triton.jit
 def _rotary_store(
-    qkv, cos, sin, query_out, keys, values, token_slots, token_positions,
+    qkv, cos, sin, query_out, keys, values, token_slots, token_positions, num_tokens,
     qkv_row, cos_row, k_slot, k_head, k_pos, v_slot, v_head, v_pos,
     NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, HALF_PAD: tl.constexpr,
+    BLOCK_TOKENS: tl.constexpr,
 ):  # fmt: skip
-    token, head = tl.program_id(0).to(tl.int64), tl.program_id(1)
-    half = HEAD_DIM // 2
+    # One program per block of tokens, every head: cos/sin are read once, and a prefill of thousands
+    # of tokens is a few hundred programs, not one per (token, head).
+    tokens = tl.program_id(0).to(tl.int64) * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
+    half: tl.constexpr = HEAD_DIM // 2
     dims = tl.arange(0, HALF_PAD)
-    in_half = dims < half
-    cos_first = tl.load(cos + token * cos_row + dims, mask=in_half, other=0.0).to(tl.float32)
-    cos_second = tl.load(cos + token * cos_row + half + dims, mask=in_half, other=0.0).to(tl.float32)
-    sin_first = tl.load(sin + token * cos_row + dims, mask=in_half, other=0.0).to(tl.float32)
-    sin_second = tl.load(sin + token * cos_row + half + dims, mask=in_half, other=0.0).to(tl.float32)
-    source = qkv + token * qkv_row + head * HEAD_DIM
-    first = tl.load(source + dims, mask=in_half, other=0.0)
-    second = tl.load(source + half + dims, mask=in_half, other=0.0)
-    rotated_first, rotated_second = rotate_halves(first, second, cos_first, cos_second, sin_first, sin_second)
-    if head < NUM_HEADS:
-        target = query_out + (token * NUM_HEADS + head) * HEAD_DIM
-        tl.store(target + dims, rotated_first, mask=in_half)
-        tl.store(target + half + dims, rotated_second, mask=in_half)
-    else:
-        slot = tl.load(token_slots + token)
-        if slot >= 0:  # left padding is not stored
-            kv_head = head - NUM_HEADS
-            position = tl.load(token_positions + token)
-            key_target = keys + slot * k_slot + kv_head * k_head + position * k_pos
-            tl.store(key_target + dims, rotated_first, mask=in_half)
-            tl.store(key_target + half + dims, rotated_second, mask=in_half)
-            value_source = source + NUM_KV_HEADS * HEAD_DIM
-            value_target = values + slot * v_slot + kv_head * v_head + position * v_pos
-            value_first = tl.load(value_source + dims, mask=in_half, other=0.0)
-            value_second = tl.load(value_source + half + dims, mask=in_half, other=0.0)
-            tl.store(value_target + dims, value_first, mask=in_half)
-            tl.store(value_target + half + dims, value_second, mask=in_half)
+    mask = (tokens < num_tokens)[:, None] & (dims < half)[None, :]
+    angle = tokens[:, None] * cos_row + dims[None, :]
+    cos_first = tl.load(cos + angle, mask=mask, other=0.0).to(tl.float32)
+    cos_second = tl.load(cos + angle + half, mask=mask, other=0.0).to(tl.float32)
+    sin_first = tl.load(sin + angle, mask=mask, other=0.0).to(tl.float32)
+    sin_second = tl.load(sin + angle + half, mask=mask, other=0.0).to(tl.float32)
+    rows = qkv + tokens[:, None] * qkv_row + dims[None, :]
+    for head in tl.static_range(NUM_HEADS):
+        first, second = rotate_halves(
+            tl.load(rows + head * HEAD_DIM, mask=mask, other=0.0),
+            tl.load(rows + head * HEAD_DIM + half, mask=mask, other=0.0),
+            cos_first, cos_second, sin_first, sin_second,
+        )  # fmt: skip
+        target = query_out + (tokens[:, None] * NUM_HEADS + head) * HEAD_DIM + dims[None, :]
+        tl.store(target, first, mask=mask)
+        tl.store(target + half, second, mask=mask)
+    slots = tl.load(token_slots + tokens, mask=tokens < num_tokens, other=-1)
+    positions = tl.load(token_positions + tokens, mask=tokens < num_tokens, other=0)
+    stored = mask & (slots >= 0)[:, None]  # left padding is not stored
+    for kv_head in tl.static_range(NUM_KV_HEADS):
+        source = rows + (NUM_HEADS + kv_head) * HEAD_DIM
+        first, second = rotate_halves(
+            tl.load(source, mask=mask, other=0.0), tl.load(source + half, mask=mask, other=0.0),
+            cos_first, cos_second, sin_first, sin_second,
+        )  # fmt: skip
+        key_target = (
+            keys + slots[:, None] * k_slot + kv_head * k_head + positions[:, None] * k_pos + dims[None, :]
+        )
+        tl.store(key_target, first, mask=stored)
+        tl.store(key_target + half, second, mask=stored)
+        value_source = source + NUM_KV_HEADS * HEAD_DIM
+        value_target = (
+            values + slots[:, None] * v_slot + kv_head * v_head + positions[:, None] * v_pos + dims[None, :]
+        )
+        tl.store(value_target, tl.load(value_source, mask=mask, other=0.0), mask=stored)
+        tl.store(value_target + half, tl.load(value_source + half, mask=mask, other=0.0), mask=stored)
 
 
 def rotary_store(
@@ -122,12 +137,12 @@ def rotary_store(
     num_kv_heads, head_dim = keys.shape[1], keys.shape[3]
     assert qkv.shape[1] == (num_heads + 2 * num_kv_heads) * head_dim and qkv.stride(1) == 1
     queries = torch.empty((num_tokens, num_heads, head_dim), dtype=qkv.dtype, device=qkv.device)
-    _rotary_store[(num_tokens, num_heads + num_kv_heads)](
-        qkv, cos, sin, queries, keys, values, token_slots, token_positions,
+    _rotary_store[(triton.cdiv(num_tokens, ROTARY_TOKENS),)](
+        qkv, cos, sin, queries, keys, values, token_slots, token_positions, num_tokens,
         qkv.stride(0), cos.stride(0), keys.stride(0), keys.stride(1), keys.stride(2),
         values.stride(0), values.stride(1), values.stride(2),
         NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim,
-        HALF_PAD=triton.next_power_of_2(head_dim // 2),
+        HALF_PAD=triton.next_power_of_2(head_dim // 2), BLOCK_TOKENS=ROTARY_TOKENS,
     )  # fmt: skip
     return queries
 
