@@ -1,7 +1,8 @@
 """Inference stage, admission: which waiting requests the next prefill pass takes.
 
-Requests are taken in submission order, up to the free batch rows and the pass's token budget
-(its left-padded width times its rows). A request whose next uncached prompt block a request
+Requests are taken in submission order, up to the free batch rows and the pass's token budget:
+the tokens it computes, which is its left-padded width times its rows, or with packed prefill
+(the fused forward, which drops the padding) the prompt tokens it feeds. A request whose next uncached prompt block a request
 already taken is about to compute is passed over: the iteration's next prefill pass, right after
 this one, finds that block cached and takes it, so a group's members prefill their shared prompt
 once.
@@ -22,6 +23,7 @@ def admit(
     budget: int,
     first_pass: bool,
     prefix_cache: PrefixCache | None,
+    packed: bool = False,
 ) -> list[Request]:
     """Pop the requests of the next prefill pass from the front of `waiting` (which may hold other commands).
 
@@ -29,7 +31,7 @@ def admit(
     """
     admitted: list[Request] = []
     passed_over: list[Request] = []
-    width = 0
+    width = fed = 0
     pending_blocks: set[int] = set()
     while waiting and isinstance(waiting[0], Request) and len(admitted) < num_free_rows:
         prompt = waiting[0].prompt_ids
@@ -41,12 +43,14 @@ def admit(
         if len(blocks) > next_block and blocks[next_block] in pending_blocks:
             passed_over.append(waiting.popleft())
             continue
-        new_width = max(width, len(prompt) - min(cached, len(prompt) - 1))
-        if (admitted or not first_pass) and new_width * (len(admitted) + 1) > budget:
+        suffix = len(prompt) - min(cached, len(prompt) - 1)  # the last prompt token is always fed
+        new_width, new_fed = max(width, suffix), fed + suffix
+        cost = new_fed if packed else new_width * (len(admitted) + 1)
+        if (admitted or not first_pass) and cost > budget:
             break
         admitted.append(waiting.popleft())
         pending_blocks.update(blocks[next_block:])
-        width = new_width
+        width, fed = new_width, new_fed
     waiting.extendleft(reversed(passed_over))  # back in submission order
     return admitted
 

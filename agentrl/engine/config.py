@@ -49,7 +49,10 @@ class EngineConfig(BaseModel):
         64, gt=0, description="built-in engine: sequences decoded together in one pass"
     )
     max_prefill_tokens: int = Field(
-        8192, gt=0, description="built-in engine: prompt tokens prefilled together in one iteration"
+        8192,
+        gt=0,
+        description="built-in engine: prompt tokens prefilled together in one iteration "
+        "(left padding counts where a pass computes it: not with the fused forward on CUDA)",
     )
     prefix_cache_bytes: int = Field(
         1 << 30,

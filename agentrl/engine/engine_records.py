@@ -22,7 +22,7 @@ class StepRecord:
 
     kind: StepKind
     request_ids: tuple[int, ...]  # the rows whose token this pass kept, in batch order
-    num_tokens: int  # input positions computed, padding included
+    num_tokens: int  # input positions computed: left padding included, unless the prefill is packed
 
 
 @dataclass

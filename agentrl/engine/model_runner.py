@@ -70,6 +70,11 @@ class ModelRunner:
             self.decode_graphs = DecodeGraphs(self._graph_step, max_rows=max_batch_size, device=device,
                                               length_step=256, carried=self.samples)  # fmt: skip
 
+    @property
+    def packed_prefill(self) -> bool:
+        """Whether a prefill pass computes only real tokens (the fused forward drops left padding)."""
+        return self.fused_decoder is not None
+
     def grow_slots(self, num_positions: int) -> None:
         """Make every slot hold at least `num_positions` positions."""
         if self.slots.ensure_capacity(num_positions) and self.decode_graphs is not None:

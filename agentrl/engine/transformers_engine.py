@@ -282,10 +282,10 @@ class TransformersEngine:
     def _admit(self, budget: int, first_pass: bool) -> list[Request]:
         num_free_rows = self.max_batch_size - len(self._rows)
         return admit(self._waiting, num_free_rows=num_free_rows, budget=budget, first_pass=first_pass,
-                     prefix_cache=self.prefix_cache)  # fmt: skip
+                     prefix_cache=self.prefix_cache, packed=self.runner.packed_prefill)  # fmt: skip
 
     def _prefill(self, requests: list[Request]) -> int:
-        """One prefill pass over `requests`; returns the tokens it computed, padding included."""
+        """One prefill pass over `requests`; returns the tokens it computed (padding too, unless packed)."""
         self._decodes_since_prefill = 0
         first_slot = len(self._rows)
         for request in requests:
@@ -304,9 +304,10 @@ class TransformersEngine:
             )
         self.stats.num_prompt_tokens += sum(len(r.prompt_ids) for r in requests)
         self.stats.num_prefix_cached_tokens += sum(cached_lengths)
-        self._record(StepKind.PREFILL, requests, num_tokens=inputs.input_ids.numel())
+        computed = inputs.write_index.numel() if self.runner.packed_prefill else inputs.input_ids.numel()
+        self._record(StepKind.PREFILL, requests, num_tokens=computed)
         self._retire_rows()
-        return inputs.input_ids.numel()
+        return computed
 
     def _reuse_prefixes(self, requests: list[Request], first_slot: int) -> list[int]:
         """Copy each prompt's cached start into its slot; returns how many positions each covers."""
