@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from agentrl.engine.protocol import SamplingParams
-from agentrl.engine.sampling import RowSampling, sampling_rows
+from agentrl.engine.sampling import RowSampling, sampling_rows, uses_filters
 
 POSITIONS, SOURCES, HOST_IDS, SAMPLING = 0, 1, 2, 3  # rows of the block; SAMPLING.. hold `sampling_rows`
 NUM_FIELDS = SAMPLING + 4
@@ -63,7 +63,7 @@ class DecodeBatch:
     @property
     def filters(self) -> bool:
         """Whether some row uses top-k or top-p."""
-        return any(p.top_k > 0 or p.top_p < 1 for p in self.params)
+        return uses_filters(self.params)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
-"""Inference stage, one request: its inputs, its random stream and the tokens sampled so far."""
+"""Inference stage, one request: its inputs, its random stream, the tokens sampled so far, and settling its future."""
 
 from __future__ import annotations
 
 import asyncio
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentrl.engine.protocol import FinishReason, Generation, SamplingParams
 
@@ -43,3 +44,20 @@ class Request:
     def generation(self) -> Generation:
         assert self.finish_reason is not None
         return Generation(self.completion_ids, self.logprobs, self.finish_reason, self.policy_version)
+
+
+def resolve_future(future: asyncio.Future, *, result: Any = None, error: BaseException | None = None) -> None:
+    """Complete a caller's future from the scheduler thread, on the caller's own loop."""
+
+    def settle() -> None:
+        if future.done():  # the caller was cancelled meanwhile
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    try:
+        future.get_loop().call_soon_threadsafe(settle)
+    except RuntimeError:  # the caller's loop is closed: nobody is waiting any more
+        pass

@@ -74,6 +74,11 @@ class RowSampling:
         )
 
 
+def uses_filters(params: list[SamplingParams]) -> bool:
+    """Whether some row uses top-k or top-p (else the temperature-only sampler serves every row)."""
+    return any(p.top_k > 0 or p.top_p < 1 for p in params)
+
+
 def draw_uniforms(params: list[SamplingParams], generators: list[random.Random]) -> list[float]:
     """This step's draw for each row from its own generator; greedy rows draw nothing."""
     return [g.random() if p.temperature > 0 else 0.0 for p, g in zip(params, generators, strict=True)]

@@ -48,7 +48,7 @@ from agentrl.engine.model_setup import (
 from agentrl.engine.pending_decode import PendingDecode
 from agentrl.engine.prefix_cache import PrefixCache
 from agentrl.engine.protocol import FinishReason, Generation, SamplingParams
-from agentrl.engine.request import Request
+from agentrl.engine.request import Request, resolve_future
 from agentrl.engine.sampling import (
     RowSampling,
     draw_uniforms,
@@ -426,20 +426,3 @@ class TransformersEngine:
         for request in self._rows:
             resolve_future(request.future, error=error)
         self._rows = []
-
-
-def resolve_future(future: asyncio.Future, *, result: Any = None, error: BaseException | None = None) -> None:
-    """Complete a caller's future from the scheduler thread, on the caller's own loop."""
-
-    def settle() -> None:
-        if future.done():  # the caller was cancelled meanwhile
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-
-    try:
-        future.get_loop().call_soon_threadsafe(settle)
-    except RuntimeError:  # the caller's loop is closed: nobody is waiting any more
-        pass
