@@ -15,7 +15,9 @@ How many splits: enough programs to fill the GPU and no more. A large batch has 
 (row, key/value head) already; each walks its row's keys alone and writes the output directly.
 A small batch splits each row's keys so that about `TARGET_PROGRAMS` programs run, and a second
 pass merges the splits' partial results by their log-sum-exp (flash-decoding). The count depends
-only on the shapes, so a captured CUDA graph fixes it along with them.
+only on the shapes, so a captured CUDA graph fixes it along with them; each row divides its own
+keys evenly among the splits, in the kernel, so a graph serves any row lengths up to the storage
+it reads, and a long row is not left to one program while short rows' programs idle.
 
 Triton is imported only by the engine's CUDA kernel modules, and those only on CUDA.
 """
@@ -32,11 +34,12 @@ from agentrl.engine.fused_kernels import rotate_halves
 BLOCK_KEYS = 64  # keys per inner iteration
 TARGET_PROGRAMS = 512  # split rows until a step launches this many programs (about 4 per H100 SM)
 NUM_STAGES = 3  # loads of the next blocks in flight while one is folded
+NUM_WARPS = 2  # a program's tiles are small (16 query rows padded from a group): 2 warps ran faster than 4
 
 
 @triton.jit
 def _split_attention(
-    query, keys, values, lengths, partial_out, partial_lse, scale, split_keys, cos, sin,
+    query, keys, values, lengths, partial_out, partial_lse, scale, cos, sin,
     q_row, q_head, k_row, k_head, k_pos, v_row, v_head, v_pos, o_row, o_head, o_split, l_row, l_head, cos_row,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HALF_PAD: tl.constexpr,
     HEAD_PAD: tl.constexpr, BLOCK: tl.constexpr, STORE_LSE: tl.constexpr, ROTARY: tl.constexpr,
@@ -46,6 +49,7 @@ def _split_attention(
     num_kv_heads = tl.num_programs(1)
     half: tl.constexpr = HEAD_DIM // 2
     length = tl.load(lengths + row)
+    split_keys = tl.cdiv(tl.cdiv(length, tl.num_programs(2)), BLOCK) * BLOCK  # this row's keys, evenly
     start = split * split_keys
     if ROTARY:  # the newest key is still in the packed projection: stored and folded in below
         end = tl.minimum(start + split_keys, length - 1)
@@ -116,30 +120,31 @@ def _split_attention(
             weight = weight.to(new_value.dtype).to(tl.float32)  # rounded as fold_block's tl.dot rounds it
             acc = acc * rescale[:, None] + weight[:, None] * new_value.to(tl.float32)[None, :]
             best = new_best
-    # An empty split leaves total 0: its log-sum-exp is -inf and it weighs nothing in the merge.
+    # A split past the row's length stores nothing: the merge reads only the row's own splits.
+    holds_keys = start < length
     out = acc / tl.maximum(total, 1e-30)[:, None]
     out_ptrs = partial_out + row * o_row + heads[:, None] * o_head + split * o_split + dims[None, :]
-    tl.store(
-        out_ptrs, out.to(partial_out.dtype.element_ty), mask=in_group[:, None] & (dims < HEAD_DIM)[None, :]
-    )
+    out_mask = in_group[:, None] & (dims < HEAD_DIM)[None, :] & holds_keys
+    tl.store(out_ptrs, out.to(partial_out.dtype.element_ty), mask=out_mask)
     if STORE_LSE:
         lse_ptrs = partial_lse + row * l_row + heads * l_head + split
-        tl.store(lse_ptrs, best + tl.log(total), mask=in_group)
+        tl.store(lse_ptrs, best + tl.log(total), mask=in_group & holds_keys)
 
 
 @triton.jit
 def _merge_splits(
-    partial_out, partial_lse, out, num_splits, o_row, o_head, o_split, l_row, l_head,
-    HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    partial_out, partial_lse, out, lengths, num_splits, o_row, o_head, o_split, l_row, l_head,
+    HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     row, head = tl.program_id(0).to(tl.int64), tl.program_id(1)
     splits = tl.arange(0, SPLITS_PAD)
     dims = tl.arange(0, HEAD_PAD)
-    lse = tl.load(
-        partial_lse + row * l_row + head * l_head + splits, mask=splits < num_splits, other=float("-inf")
-    )
-    weights = tl.exp(lse - tl.max(lse, 0))  # splits past the row's length have lse -inf: weight 0
-    mask = (splits < num_splits)[:, None] & (dims < HEAD_DIM)[None, :]
+    length = tl.load(lengths + row)
+    split_keys = tl.cdiv(tl.cdiv(length, num_splits), BLOCK) * BLOCK  # as `_split_attention` divides the row
+    held = (splits < num_splits) & (splits * split_keys < length)  # the splits that stored a result
+    lse = tl.load(partial_lse + row * l_row + head * l_head + splits, mask=held, other=float("-inf"))
+    weights = tl.exp(lse - tl.max(lse, 0))  # a split's maximum is finite: the row's first split holds keys
+    mask = held[:, None] & (dims < HEAD_DIM)[None, :]
     partial = tl.load(partial_out + row * o_row + head * o_head + splits[:, None] * o_split + dims[None, :],
                       mask=mask, other=0.0)  # fmt: skip
     merged = tl.sum(partial * weights[:, None], 0) / tl.sum(weights, 0)
@@ -147,12 +152,9 @@ def _merge_splits(
     tl.store(target, merged.to(out.dtype.element_ty), mask=dims < HEAD_DIM)
 
 
-def split_keys_for(num_rows: int, num_kv_heads: int, capacity: int) -> int:
-    """Keys per program: all of them, unless rows x kv_heads programs are too few to fill the GPU."""
-    num_splits = max(
-        1, min(-(-TARGET_PROGRAMS // (num_rows * num_kv_heads)), triton.cdiv(capacity, BLOCK_KEYS))
-    )
-    return triton.cdiv(triton.cdiv(capacity, num_splits), BLOCK_KEYS) * BLOCK_KEYS
+def num_splits_for(num_rows: int, num_kv_heads: int, capacity: int) -> int:
+    """Programs per (row, kv head): one, unless rows x kv_heads programs are too few to fill the GPU."""
+    return max(1, min(-(-TARGET_PROGRAMS // (num_rows * num_kv_heads)), triton.cdiv(capacity, BLOCK_KEYS)))
 
 
 def decode_attention(
@@ -206,8 +208,7 @@ def _attend(
     num_rows = query.shape[0]
     num_kv_heads, capacity, head_dim = keys.shape[1], keys.shape[2], keys.shape[3]
     cos, sin = rotary if rotary is not None else (query, query)  # unread without rotary
-    split_keys = split_keys_for(num_rows, num_kv_heads, capacity)
-    num_splits = triton.cdiv(capacity, split_keys)
+    num_splits = num_splits_for(num_rows, num_kv_heads, capacity)
     out = torch.empty((num_rows, num_heads, head_dim), dtype=query.dtype, device=query.device)
     if num_splits == 1:  # each program's result is final: written straight to the output
         partial_out, partial_lse = out[:, :, None], out
@@ -218,7 +219,7 @@ def _attend(
         partial_lse = torch.empty((num_rows, num_heads, num_splits), dtype=torch.float32, device=query.device)
     group = num_heads // num_kv_heads
     _split_attention[(num_rows, num_kv_heads, num_splits)](
-        query, keys, values, lengths, partial_out, partial_lse, scale, split_keys, cos, sin,
+        query, keys, values, lengths, partial_out, partial_lse, scale, cos, sin,
         query_row, query_head, keys.stride(0), keys.stride(1), keys.stride(2),
         values.stride(0), values.stride(1), values.stride(2),
         partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
@@ -226,14 +227,14 @@ def _attend(
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         HALF_PAD=max(16, triton.next_power_of_2(head_dim // 2)),
         HEAD_PAD=max(16, triton.next_power_of_2(head_dim)), BLOCK=BLOCK_KEYS,
-        STORE_LSE=num_splits > 1, ROTARY=rotary is not None, num_stages=NUM_STAGES,
+        STORE_LSE=num_splits > 1, ROTARY=rotary is not None, num_stages=NUM_STAGES, num_warps=NUM_WARPS,
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",  # float32 stays exact; bf16 ignores it
     )  # fmt: skip
     if num_splits > 1:
         _merge_splits[(num_rows, num_heads)](
-            partial_out, partial_lse, out, num_splits, partial_out.stride(0), partial_out.stride(1),
+            partial_out, partial_lse, out, lengths, num_splits, partial_out.stride(0), partial_out.stride(1),
             partial_out.stride(2), partial_lse.stride(0), partial_lse.stride(1),
             HEAD_DIM=head_dim, HEAD_PAD=triton.next_power_of_2(head_dim),
-            SPLITS_PAD=triton.next_power_of_2(num_splits),
+            SPLITS_PAD=triton.next_power_of_2(num_splits), BLOCK=BLOCK_KEYS,
         )  # fmt: skip
     return out

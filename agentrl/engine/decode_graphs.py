@@ -5,8 +5,11 @@ they take longer than the GPU needs to run them. Replaying a captured graph laun
 once, sampling included. Shapes must be fixed inside a graph, so the number of rows is rounded up
 (`bucket_rows`: padding columns of the staged block decode a dummy token into a free slot and are
 ignored) and the number of key positions attention reads is rounded up to a multiple of
-`length_step`. Each bucket is captured the first time it is needed, from the step's real inputs,
-which the capture's warm-up runs write to the cache exactly as the replay will.
+`length_step`, or is the whole storage where the step's attention reads each row's own keys
+whatever it is given (the fused forward's): then one graph per row bucket serves every length,
+and a run whose rows grow longer captures nothing new. Each bucket is captured the first time
+it is needed, from the step's real inputs, which the capture's warm-up runs write to the cache
+exactly as the replay will.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ def bucket_rows(num_rows: int, max_rows: int) -> int:
 class DecodeGraphs:
     """Captured decode steps over one static input block, keyed by (rows, key length).
 
+    `length_step`: key lengths are rounded up to a multiple of it; None: every step reads the
+    storage's whole capacity (for a step whose cost follows each row's own length).
     `carried`: a device tensor the step reads and then overwrites (the previous step's samples);
     the capture's warm-up runs put it back as they found it, so the replay reads what it should.
     """
@@ -47,7 +52,7 @@ class DecodeGraphs:
         *,
         max_rows: int,
         device: torch.device,
-        length_step: int,
+        length_step: int | None,
         carried: torch.Tensor,
     ) -> None:
         self._step = step
@@ -74,8 +79,10 @@ class DecodeGraphs:
     def run(self, batch: DecodeBatch, capacity: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(logits, picked, block on the device) of one decode step, every column; keys up to the longest row are read."""
         columns = batch.staged.shape[1]
-        needed = batch.max_position + 1
-        key_length = min(capacity, -(-needed // self.length_step) * self.length_step)
+        key_length = capacity
+        if self.length_step is not None:
+            needed = batch.max_position + 1
+            key_length = min(capacity, -(-needed // self.length_step) * self.length_step)
         block = self._block[: NUM_FIELDS * columns].view(NUM_FIELDS, columns)
         block.copy_(batch.staged, non_blocking=True)
         key = (columns, key_length)

@@ -115,7 +115,7 @@ class FusedDecoder:
         num_rows = inputs.input_ids.shape[0]
         if inputs.write_index is None:  # one new token per row: decode, in one kernel
             rows, lengths = slice(first_slot, first_slot + num_rows), inputs.write_positions + 1
-            columns = slice(0, inputs.key_length)  # the split count follows the longest row
+            columns = slice(0, inputs.key_length)  # a graph's: all of the storage (rows read their own keys)
 
             def attend_decode(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor) -> Tensor:
                 keys, values = keys[rows, :, columns], values[rows, :, columns]

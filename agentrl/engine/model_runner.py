@@ -67,8 +67,10 @@ class ModelRunner:
         self.samples = torch.zeros(max_batch_size, dtype=torch.long, device=device)
         self.decode_graphs = None
         if cuda_graphs and device.type == "cuda":
+            # The fused decode attention reads each row's own keys: its graphs need no length buckets.
+            length_step = None if self.fused_decoder is not None else 256
             self.decode_graphs = DecodeGraphs(self._graph_step, max_rows=max_batch_size, device=device,
-                                              length_step=256, carried=self.samples)  # fmt: skip
+                                              length_step=length_step, carried=self.samples)  # fmt: skip
 
     @property
     def packed_prefill(self) -> bool:

@@ -51,11 +51,11 @@ def test_decode_attention_matches_sdpa_on_each_rows_own_length(heads, kv_heads, 
 
 def test_decode_attention_of_a_batch_too_large_to_split_matches_sdpa():
     """Enough rows that every program walks a whole row and writes the output with no merge."""
-    from agentrl.engine.decode_attention import decode_attention, split_keys_for
+    from agentrl.engine.decode_attention import decode_attention, num_splits_for
 
     generator = torch.Generator(device="cuda").manual_seed(2)
     rows, capacity = 600, 300
-    assert split_keys_for(rows, 2, capacity) >= capacity  # one split per row: the direct path
+    assert num_splits_for(rows, 2, capacity) == 1  # one program per (row, kv head): the direct path
     keys, values = torch.randn((2, rows, 2, capacity, 64), generator=generator, device="cuda").to(
         torch.bfloat16
     )
