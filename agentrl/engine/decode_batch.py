@@ -56,6 +56,13 @@ class DecodeBatch:
         block[SAMPLING:, :num_rows] = sampling_rows(params, uniforms)
         return DecodeBatch(staged, params, max(positions))
 
+    def widened(self, columns: int) -> torch.Tensor:
+        """The staged block cut or padded to `columns` columns, on the host (a graph capture's input)."""
+        block = PADDING.repeat(columns, axis=1)
+        kept = min(columns, self.staged.shape[1])
+        block[:, :kept] = self.staged.numpy()[:, :kept]
+        return torch.from_numpy(block)
+
     @property
     def num_rows(self) -> int:
         return len(self.params)

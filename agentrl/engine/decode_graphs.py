@@ -7,9 +7,10 @@ once, sampling included. Shapes must be fixed inside a graph, so the number of r
 ignored) and the number of key positions attention reads is rounded up to a multiple of
 `length_step`, or is the whole storage where the step's attention reads each row's own keys
 whatever it is given (the fused forward's): then one graph per row bucket serves every length,
-and a run whose rows grow longer captures nothing new. Each bucket is captured the first time
-it is needed, from the step's real inputs, which the capture's warm-up runs write to the cache
-exactly as the replay will.
+and the first step at a storage size captures every row bucket at once, so a run never stops to
+capture in the middle. Captures run on the step's real inputs, cut or padded to the bucket's
+width: their warm-up runs write each real row's key/value where the step itself will write it
+(the step then runs and writes it again) and padding columns only into free slots.
 """
 
 from __future__ import annotations
@@ -37,11 +38,17 @@ def bucket_rows(num_rows: int, max_rows: int) -> int:
     return min(max_rows, -(-num_rows // ROW_STEP) * ROW_STEP)
 
 
+def row_buckets(max_rows: int) -> list[int]:
+    """Every graph width `bucket_rows` gives for 1..max_rows rows, ascending."""
+    return sorted({bucket_rows(num_rows, max_rows) for num_rows in range(1, max_rows + 1)})
+
+
 class DecodeGraphs:
     """Captured decode steps over one static input block, keyed by (rows, key length).
 
-    `length_step`: key lengths are rounded up to a multiple of it; None: every step reads the
-    storage's whole capacity (for a step whose cost follows each row's own length).
+    `length_step`: key lengths are rounded up to a multiple of it, and each (rows, key length)
+    is captured when first needed; None: every step reads the storage's whole capacity (for a
+    step whose cost follows each row's own length), and every row bucket is captured at once.
     `carried`: a device tensor the step reads and then overwrites (the previous step's samples);
     the capture's warm-up runs put it back as they found it, so the replay reads what it should.
     """
@@ -83,14 +90,22 @@ class DecodeGraphs:
         if self.length_step is not None:
             needed = batch.max_position + 1
             key_length = min(capacity, -(-needed // self.length_step) * self.length_step)
-        block = self._block[: NUM_FIELDS * columns].view(NUM_FIELDS, columns)
+        if (columns, key_length) not in self._graphs:
+            widths = [columns] if self.length_step is not None else row_buckets(self.max_rows)
+            for width in widths:
+                if (width, key_length) not in self._graphs:
+                    block = self._block_of(width)
+                    block.copy_(batch.widened(width))
+                    self._graphs[(width, key_length)] = self._capture(block, key_length)
+        block = self._block_of(columns)
         block.copy_(batch.staged, non_blocking=True)
-        key = (columns, key_length)
-        if key not in self._graphs:
-            self._graphs[key] = self._capture(block, key_length)
-        graph, logits, picked = self._graphs[key]
+        graph, logits, picked = self._graphs[(columns, key_length)]
         graph.replay()
         return logits, picked, block
+
+    def _block_of(self, columns: int) -> torch.Tensor:
+        """The static input block as the graph of `columns` columns reads it."""
+        return self._block[: NUM_FIELDS * columns].view(NUM_FIELDS, columns)
 
     def _capture(
         self, block: torch.Tensor, key_length: int

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from agentrl.engine.decode_batch import DecodeBatch, DecodeInputs
-from agentrl.engine.decode_graphs import bucket_rows
+from agentrl.engine.decode_graphs import bucket_rows, row_buckets
 from agentrl.engine.protocol import SamplingParams
 
 
@@ -46,3 +46,16 @@ def test_graph_buckets_are_powers_of_two_up_to_32_rows_then_multiples_of_32():
         1, 2, 4, 8, 32, 32, 64, 64, 96, 160, 256,
     ]  # fmt: skip
     assert bucket_rows(200, 100) == 100
+    assert row_buckets(100) == [1, 2, 4, 8, 16, 32, 64, 96, 100]
+    assert row_buckets(3) == [1, 2, 3]
+
+
+def test_a_block_widened_for_another_graph_keeps_its_first_rows_and_pads_the_rest():
+    params = [SamplingParams(max_new_tokens=4, temperature=1.0)] * 3
+    batch = DecodeBatch.stage(
+        [5, 6, 2], [2, -1, 0], [0, 11, 0], params, [0.1, 0.2, 0.3], columns=4, pin=False
+    )
+    assert batch.widened(2).tolist() == batch.staged[:, :2].tolist()
+    wide = batch.widened(6)
+    assert wide.tolist() == [row + [row[3]] * 2 for row in batch.staged.tolist()]  # column 3 is padding
+    assert wide[:, 3].tolist() == [0, -1, 0, 0, -1, 1, 0]
