@@ -27,7 +27,8 @@ from transformers import PreTrainedModel
 from agentrl.engine.decode_attention import rotate_store_and_attend
 from agentrl.engine.fused_kernels import add_rms_norm, rotary_store, silu_and_multiply
 from agentrl.engine.model_setup import fused_forward_unsupported, pack_linears
-from agentrl.engine.prefill_attention import prefill_attention, prefill_tiles
+from agentrl.engine.packed_prefill import PackedPrefill
+from agentrl.engine.prefill_attention import prefill_attention
 from agentrl.engine.slot_cache import SlotKVCache
 from agentrl.engine.step_inputs import StepInputs
 
@@ -80,20 +81,36 @@ class FusedDecoder:
             layer.post_attention_layernorm.weight, gate_up_weight, gate_up_bias, mlp.down_proj,
         )  # fmt: skip
 
-    def forward(self, inputs: StepInputs, first_slot: int, storage: SlotKVCache) -> torch.Tensor:
-        """Logits of each row's last position, [num_rows, vocab]; keys/values stored as `inputs` says.
+    def decode(self, inputs: StepInputs, storage: SlotKVCache) -> torch.Tensor:
+        """Logits [rows, vocab] of a decode step over slots 0..rows-1 (`step_inputs.decode_inputs`)."""
+        assert inputs.write_index is None, "a decode step: one new token per row"
+        rows, lengths = slice(0, inputs.input_ids.shape[0]), inputs.write_positions + 1
+        columns = slice(0, inputs.key_length)  # a graph's: all of the storage (rows read their own keys)
 
-        Only real tokens go through the layers: left padding is dropped before the embedding, and
-        prefill attention reads the packed tokens as they are (`prefill_attention`).
-        """
-        num_rows, width = inputs.input_ids.shape
-        real = inputs.write_index  # None: every position is a real token (decode)
-        token_ids = inputs.input_ids.reshape(-1)
-        if real is not None:
-            token_ids = token_ids[real]
+        def attend(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+            keys, values = keys[rows, :, columns], values[rows, :, columns]
+            return rotate_store_and_attend(qkv, cos, sin, keys, values, lengths, self.scale, self.num_heads)
+
+        hidden, residual = self._layers(inputs.input_ids.reshape(-1), inputs.write_positions, attend, storage)
+        return self._logits(hidden, residual)
+
+    def prefill(self, packed: PackedPrefill, storage: SlotKVCache) -> torch.Tensor:
+        """Logits [rows, vocab] of each row's last token; stores every token's key/value (`packed` on the device)."""
+        token_ids, slots, positions = packed.tokens
+
+        def attend(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+            queries = rotary_store(qkv, cos, sin, keys, values, slots, positions, self.num_heads)
+            return prefill_attention(queries, keys, values, packed.tiles, self.scale)
+
+        hidden, residual = self._layers(token_ids, positions, attend, storage)
+        return self._logits(hidden[packed.last_tokens], residual[packed.last_tokens])
+
+    def _layers(
+        self, token_ids: Tensor, positions: Tensor, attend: Attention, storage: SlotKVCache
+    ) -> tuple[Tensor, Tensor]:
+        """(hidden, residual) [tokens, hidden] after every decoder layer."""
         hidden = self.embed_tokens(token_ids)  # [tokens, hidden]
-        cos, sin = self.rotary_embedding(hidden, inputs.write_positions[None])
-        attend = self._attention(inputs, first_slot)
+        cos, sin = self.rotary_embedding(hidden, positions[None])
         residual = None
         for index, layer in enumerate(self.layers):
             normed, residual = add_rms_norm(hidden, residual, layer.input_norm, self.eps)
@@ -103,32 +120,8 @@ class FusedDecoder:
             normed, residual = add_rms_norm(hidden, residual, layer.post_norm, self.eps)
             gate_up = F.linear(normed, layer.gate_up_weight, layer.gate_up_bias)
             hidden = layer.down_projection(silu_and_multiply(gate_up))
-        if real is not None:  # each row's last column is its last prompt token, never padding
-            last_columns = torch.arange(num_rows, device=real.device) * width + width - 1
-            last_tokens = torch.searchsorted(real, last_columns)
-            hidden, residual = hidden[last_tokens], residual[last_tokens]
+        return hidden, residual
+
+    def _logits(self, hidden: Tensor, residual: Tensor) -> Tensor:
         normed, _ = add_rms_norm(hidden, residual, self.final_norm.weight, self.eps)
         return self.model.lm_head(normed)
-
-    def _attention(self, inputs: StepInputs, first_slot: int) -> Attention:
-        """Rotary, the key/value store and attention of the pass's tokens over one layer's slot storage."""
-        num_rows = inputs.input_ids.shape[0]
-        if inputs.write_index is None:  # one new token per row: decode, in one kernel
-            rows, lengths = slice(first_slot, first_slot + num_rows), inputs.write_positions + 1
-            columns = slice(0, inputs.key_length)  # a graph's: all of the storage (rows read their own keys)
-
-            def attend_decode(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor) -> Tensor:
-                keys, values = keys[rows, :, columns], values[rows, :, columns]
-                return rotate_store_and_attend(
-                    qkv, cos, sin, keys, values, lengths, self.scale, self.num_heads
-                )
-
-            return attend_decode
-        tiles = prefill_tiles(first_slot, list(inputs.row_spans), inputs.input_ids.device)
-        slots, positions = inputs.write_slots, inputs.write_positions
-
-        def attend_prefill(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor) -> Tensor:
-            queries = rotary_store(qkv, cos, sin, keys, values, slots, positions, self.num_heads)
-            return prefill_attention(queries, keys, values, tiles, self.scale)
-
-        return attend_prefill

@@ -5,7 +5,8 @@ Llama and Qwen2 models go through the engine's own fused forward (`fused_decoder
 model, and every model on CPU, through transformers' modules with attention routed to the slots
 (`slot_attention`). A decode step takes its inputs as one staged block (`decode_batch`), gathers
 its input ids on the device from the previous step's samples, and samples its own tokens; on
-CUDA it replays as a captured graph (`decode_graphs`).
+CUDA it replays as a captured graph (`decode_graphs`), and so do the fused forward's prefill
+passes of up to a couple of thousand tokens (`prefill_graphs`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from agentrl.compiled_layers import compile_decoder_layers
 from agentrl.engine.decode_batch import DecodeBatch, DecodeInputs
 from agentrl.engine.decode_graphs import DecodeGraphs
 from agentrl.engine.model_setup import attention_backends, fused_forward_unsupported, slot_shape
+from agentrl.engine.packed_prefill import PackedPrefill
+from agentrl.engine.prefill_graphs import PrefillGraphs
 from agentrl.engine.protocol import SamplingParams
 from agentrl.engine.sampling import sample_next_tokens, stack_picked
 from agentrl.engine.slot_attention import install_slot_attention
@@ -66,11 +69,16 @@ class ModelRunner:
         # The tokens the last decode step sampled, by row: the next step's input ids, kept on the device.
         self.samples = torch.zeros(max_batch_size, dtype=torch.long, device=device)
         self.decode_graphs = None
+        self.prefill_graphs = None
         if cuda_graphs and device.type == "cuda":
             # The fused decode attention reads each row's own keys: its graphs need no length buckets.
             length_step = None if self.fused_decoder is not None else 256
             self.decode_graphs = DecodeGraphs(self._graph_step, max_rows=max_batch_size, device=device,
                                               length_step=length_step, carried=self.samples)  # fmt: skip
+            if self.fused_decoder is not None:
+                self.prefill_graphs = PrefillGraphs(
+                    self._fused_prefill, max_rows=max_batch_size, device=device
+                )
 
     @property
     def packed_prefill(self) -> bool:
@@ -79,8 +87,12 @@ class ModelRunner:
 
     def grow_slots(self, num_positions: int) -> None:
         """Make every slot hold at least `num_positions` positions."""
-        if self.slots.ensure_capacity(num_positions) and self.decode_graphs is not None:
-            self.decode_graphs.clear()  # the graphs read the storage that was just replaced
+        if self.slots.ensure_capacity(num_positions):  # graphs read the storage that was just replaced
+            if self.decode_graphs is not None:
+                self.decode_graphs.clear()  # captured again by the next step, on its inputs
+            if self.prefill_graphs is not None:
+                self.prefill_graphs.clear()
+                self.prefill_graphs.capture_all()  # now, so that no prefill pass waits for a capture
 
     def stage_decode(
         self,
@@ -110,11 +122,28 @@ class ModelRunner:
             return stack_picked(token_ids, logprobs)
         return picked[:, :num_rows]
 
-    def forward(self, inputs: StepInputs, first_slot: int) -> torch.Tensor:
-        """Logits of each row's last position: [num_rows, vocab]."""
+    def prefill(self, inputs: StepInputs, first_slot: int) -> torch.Tensor:
+        """Logits [rows, vocab] of each row's last prompt token; `inputs` (`prefill_inputs`) on the host."""
+        if self.fused_decoder is None:
+            return self._module_forward(inputs.to(self.device), first_slot)
+        packed = PackedPrefill.of(inputs)
+        if self.prefill_graphs is not None and self.prefill_graphs.serves(packed):
+            return self.prefill_graphs.run(packed)
+        return self._fused_prefill(packed.to(self.device))
+
+    def _fused_prefill(self, packed: PackedPrefill) -> torch.Tensor:
+        with attention_backends(self.device):
+            return self.fused_decoder.prefill(packed, self.slots)
+
+    def _forward_decode(self, inputs: StepInputs) -> torch.Tensor:
+        """Logits [rows, vocab] of a decode step over slots 0..rows-1."""
         if self.fused_decoder is not None:
             with attention_backends(self.device):
-                return self.fused_decoder.forward(inputs, first_slot, self.slots)
+                return self.fused_decoder.decode(inputs, self.slots)
+        return self._module_forward(inputs, first_slot=0)
+
+    def _module_forward(self, inputs: StepInputs, first_slot: int) -> torch.Tensor:
+        """Logits [rows, vocab] of each row's last position, through transformers' modules."""
         plan = SlotForward(
             storage=self.slots, first_slot=first_slot, num_rows=inputs.input_ids.shape[0],
             key_length=inputs.key_length, write_slots=inputs.write_slots,
@@ -141,7 +170,7 @@ class ModelRunner:
         """
         inputs = DecodeInputs.unpack(block, params)
         input_ids = inputs.input_ids(self.samples)
-        logits = self.forward(decode_inputs(input_ids, inputs.positions, key_length), first_slot=0)
+        logits = self._forward_decode(decode_inputs(input_ids, inputs.positions, key_length))
         sampling = inputs.sampling
         if temperature_only:
             sampling = dataclasses.replace(sampling, all_greedy=False, max_top_k=-1, any_top_p=False)

@@ -3,7 +3,7 @@
 A prefill pass feeds each row a run of new tokens (its prompt, or the part the prefix cache does
 not hold) with no padding between rows. By the time attention runs, every new token's key and
 value are already in its row's slot, so each token attends to its own slot's positions up to its
-own: a causal flash-attention over slot storage. Programs take a tile of up to `BLOCK_TOKENS`
+own: a causal flash-attention over slot storage. Programs take a tile of up to `TILE_TOKENS`
 consecutive tokens of one row and one query head; tiles never span two rows, so a program reads a
 single slot. Grouped key/value heads are read in place, never expanded.
 """
@@ -15,9 +15,8 @@ import triton
 import triton.language as tl
 
 from agentrl.engine.attention_blocks import fold_block
-from agentrl.engine.host_copy import to_device
+from agentrl.engine.packed_prefill import TILE_TOKENS
 
-BLOCK_TOKENS = 64  # query tokens per program
 BLOCK_KEYS = 64  # keys per inner iteration
 
 
@@ -59,28 +58,14 @@ def _prefill_attention(
     tl.store(out + q_offsets, (acc / total[:, None]).to(out.dtype.element_ty), mask=q_mask)
 
 
-def prefill_tiles(first_slot: int, spans: list[tuple[int, int]], device: torch.device) -> torch.Tensor:
-    """[tiles, 4] int32 (slot, first packed token, tokens, first position) for rows `spans`.
-
-    `spans[i]` = (new tokens, position of the first) of row i, whose slot is first_slot + i;
-    rows' tokens follow each other in the packed order.
-    """
-    tiles, first_token = [], 0
-    for row, (num_tokens, first_position) in enumerate(spans):
-        for offset in range(0, num_tokens, BLOCK_TOKENS):
-            count = min(BLOCK_TOKENS, num_tokens - offset)
-            tiles.append((first_slot + row, first_token + offset, count, first_position + offset))
-        first_token += num_tokens
-    return to_device(tiles, torch.int32, device)
-
-
 def prefill_attention(
     queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, tiles: torch.Tensor, scale: float
 ) -> torch.Tensor:
     """Causal attention of packed `queries` [tokens, heads, dim] over slot storage; [tokens, heads, dim].
 
-    `keys`/`values` [slots, kv_heads, capacity, dim] are one layer's whole storage; `tiles` comes
-    from `prefill_tiles`. Query head h reads key/value head h // (heads // kv_heads).
+    `keys`/`values` [slots, kv_heads, capacity, dim] are one layer's whole storage; `tiles` is
+    `PackedPrefill.tiles` (a tile of no tokens computes nothing). Query head h reads key/value
+    head h // (heads // kv_heads).
     """
     assert queries.is_contiguous()
     _, num_heads, head_dim = queries.shape
@@ -89,7 +74,7 @@ def prefill_attention(
         queries, keys, values, out, tiles, scale,
         keys.stride(0), keys.stride(1), keys.stride(2), values.stride(0), values.stride(1), values.stride(2),
         NUM_HEADS=num_heads, GROUP=num_heads // keys.shape[1], HEAD_DIM=head_dim,
-        HEAD_PAD=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=BLOCK_TOKENS, BLOCK_N=BLOCK_KEYS,
+        HEAD_PAD=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=TILE_TOKENS, BLOCK_N=BLOCK_KEYS,
         PRECISION="ieee" if queries.dtype == torch.float32 else "tf32",  # float32 stays exact; bf16 ignores it
     )  # fmt: skip
     return out

@@ -293,8 +293,8 @@ class TransformersEngine:
         self._rows.extend(requests)  # from here on a failure fails these rows too
         self.runner.grow_slots(max(len(r.prompt_ids) for r in requests))
         cached_lengths = self._reuse_prefixes(requests, first_slot)
-        inputs = prefill_inputs([r.prompt_ids for r in requests], cached_lengths, first_slot).to(self.device)
-        logits = self.runner.forward(inputs, first_slot)
+        inputs = prefill_inputs([r.prompt_ids for r in requests], cached_lengths, first_slot)
+        logits = self.runner.prefill(inputs, first_slot)
         self._sample(logits, requests)
         for request in requests:
             request.cache_length = len(request.prompt_ids)

@@ -9,7 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from agentrl.engine import SamplingParams, TransformersEngine
+from agentrl.engine.packed_prefill import PackedPrefill
 from agentrl.engine.sampling import inverse_cdf_sample
+from agentrl.engine.step_inputs import prefill_inputs
 from tests.engine.conftest import tiny_llama, tiny_qwen2
 from tests.engine.test_transformers_engine import PROMPTS, assert_same_generations
 
@@ -73,13 +75,16 @@ def test_the_triton_sampler_draws_the_torch_samplers_tokens(dtype):
 def test_prefill_attention_matches_causal_sdpa_over_each_rows_slot(
     heads, kv_heads, head_dim, dtype, tolerance
 ):
-    from agentrl.engine.prefill_attention import prefill_attention, prefill_tiles
+    from agentrl.engine.prefill_attention import prefill_attention
 
     generator = torch.Generator(device="cuda").manual_seed(0)
     keys, values = torch.randn((2, 6, kv_heads, 300, head_dim), generator=generator, device="cuda").to(dtype)
     spans = [(5, 0), (70, 3), (1, 130), (130, 0)]  # (new tokens, first position) of slots 1..4
+    prompts = [[7] * (num_tokens + start) for num_tokens, start in spans]
+    packed = PackedPrefill.of(prefill_inputs(prompts, [start for _, start in spans], first_slot=1))
+    tiles = packed.pad(packed.num_tokens, packed.tiles.shape[0] + 3, packed.num_rows).tiles  # empty tiles too
     queries = torch.randn((206, heads, head_dim), generator=generator, device="cuda").to(dtype)
-    got = prefill_attention(queries, keys, values, prefill_tiles(1, spans, torch.device("cuda")), 0.3)
+    got = prefill_attention(queries, keys, values, tiles.to("cuda"), 0.3)
     expected, first = [], 0
     for slot, (num_tokens, start) in enumerate(spans, start=1):
         end = start + num_tokens
@@ -92,3 +97,24 @@ def test_prefill_attention_matches_causal_sdpa_over_each_rows_slot(
         expected.append(F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=0.3).transpose(0, 1))
         first += num_tokens
     torch.testing.assert_close(got.float(), torch.cat(expected), atol=tolerance, rtol=0)
+
+
+def test_a_small_prefill_pass_replayed_from_a_graph_gives_the_eager_passs_logits_and_keys():
+    prompts = [[(3 * i + j) % 60 + 1 for j in range(5 + 9 * i)] for i in range(5)]
+    inputs = prefill_inputs(prompts, [0, 2, 0, 4, 0], first_slot=1)  # rows 1 and 3 start from cached keys
+    results = []
+    for graphs in (False, True):
+        engine = TransformersEngine(tiny_qwen2(), [], device="cuda", cuda_graphs=graphs)
+        runner = engine.runner
+        with torch.inference_mode():  # as on the engine's scheduler thread
+            runner.grow_slots(64)  # with graphs, this captures every prefill bucket: 64..2048 tokens
+            logits = runner.prefill(inputs, first_slot=1).clone()
+            results.append((logits, runner.slots.keys.clone(), runner.slots.values.clone()))
+        if graphs:
+            assert runner.prefill_graphs.num_graphs == 6
+        asyncio.run(engine.close())
+    (eager, *eager_cache), (graphed, *graphed_cache) = results
+    assert graphed.shape == eager.shape == (5, 64)
+    torch.testing.assert_close(graphed, eager, atol=1e-5, rtol=0)
+    for got, expected in zip(graphed_cache, eager_cache, strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)

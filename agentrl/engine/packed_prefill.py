@@ -1,0 +1,91 @@
+"""Inference stage, a prefill pass as the fused forward reads it: real tokens only, row after row.
+
+`step_inputs.prefill_inputs` lays a pass out left-padded, one row per request, for transformers'
+modules. The fused forward drops the padding: its tokens are packed one row after another, each
+with the slot and position its key/value is stored at, and prefill attention walks them in tiles
+of up to `TILE_TOKENS` tokens of one row. Each row's logits come from its last packed token.
+
+A captured prefill graph has fixed shapes, so `pad` widens a pass to a bucket: padding tokens
+(token 0, slot -1) are neither stored nor attended to, padding tiles hold no tokens, and padding
+rows read token 0, whose logits nobody samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from agentrl.engine.step_inputs import StepInputs
+
+TILE_TOKENS = 64  # query tokens of one row per prefill-attention program
+TOKENS, SLOTS, POSITIONS = 0, 1, 2  # rows of `PackedPrefill.tokens`
+
+
+@dataclass(frozen=True)
+class PackedPrefill:
+    """A prefill pass's packed tokens, on the host until `to`."""
+
+    tokens: torch.Tensor  # [3, tokens] int64: token id, slot (-1: padding), position
+    tiles: torch.Tensor  # [tiles, 4] int64: slot, first packed token, tokens (0: padding), first position
+    last_tokens: torch.Tensor  # [rows] int64: each row's last packed token
+
+    @property
+    def num_tokens(self) -> int:
+        return self.tokens.shape[1]
+
+    @property
+    def num_rows(self) -> int:
+        return self.last_tokens.shape[0]
+
+    @staticmethod
+    def of(inputs: StepInputs) -> PackedPrefill:
+        """The real tokens of a left-padded pass (`prefill_inputs` on the host), packed."""
+        assert inputs.write_index is not None, "a prefill pass, not a decode step"
+        token_ids = inputs.input_ids.reshape(-1)[inputs.write_index]
+        tokens = torch.stack([token_ids, inputs.write_slots, inputs.write_positions])
+        counts = np.array([count for count, _ in inputs.row_spans])
+        starts = np.cumsum(counts) - counts
+        row_slots = inputs.write_slots.numpy()[starts].tolist()
+        tiles = [
+            (slot, start + offset, min(TILE_TOKENS, count - offset), first + offset)
+            for slot, start, count, (_, first) in zip(
+                row_slots, starts.tolist(), counts.tolist(), inputs.row_spans, strict=True
+            )
+            for offset in range(0, count, TILE_TOKENS)
+        ]
+        last_tokens = torch.from_numpy(starts + counts - 1)
+        return PackedPrefill(tokens, torch.tensor(tiles, dtype=torch.int64).reshape(-1, 4), last_tokens)
+
+    def pad(self, num_tokens: int, num_tiles: int, num_rows: int) -> PackedPrefill:
+        """The same pass widened to `num_tokens` tokens, `num_tiles` tiles and `num_rows` rows."""
+        tokens = torch.zeros((3, num_tokens), dtype=torch.int64)
+        tokens[SLOTS] = -1
+        tokens[:, : self.num_tokens] = self.tokens
+        tiles = torch.zeros((num_tiles, 4), dtype=torch.int64)
+        tiles[: self.tiles.shape[0]] = self.tiles
+        last_tokens = torch.zeros(num_rows, dtype=torch.int64)
+        last_tokens[: self.num_rows] = self.last_tokens
+        return PackedPrefill(tokens, tiles, last_tokens)
+
+    def flat(self) -> torch.Tensor:
+        """Every field in one int64 vector (tokens, tiles, last tokens), for a single copy."""
+        return torch.cat([self.tokens.reshape(-1), self.tiles.reshape(-1), self.last_tokens])
+
+    @staticmethod
+    def view(flat: torch.Tensor, num_tokens: int, num_tiles: int) -> PackedPrefill:
+        """The fields of a `flat` vector, as views of it."""
+        tiles_end = 3 * num_tokens + 4 * num_tiles
+        return PackedPrefill(
+            flat[: 3 * num_tokens].view(3, num_tokens),
+            flat[3 * num_tokens : tiles_end].view(num_tiles, 4),
+            flat[tiles_end:],
+        )
+
+    def to(self, device: torch.device) -> PackedPrefill:
+        """The same pass on `device`, in one copy (from pinned memory on CUDA)."""
+        flat = self.flat()
+        if device.type == "cuda":
+            flat = flat.pin_memory()
+        return PackedPrefill.view(flat.to(device, non_blocking=True), self.num_tokens, self.tiles.shape[0])

@@ -1,0 +1,59 @@
+"""A prefill pass packed for the fused forward: real tokens row after row, attention tiles, padding for graphs."""
+
+from __future__ import annotations
+
+import torch
+
+from agentrl.engine.packed_prefill import TILE_TOKENS, PackedPrefill
+from agentrl.engine.prefill_graphs import power_of_two_at_least
+from agentrl.engine.step_inputs import prefill_inputs
+
+
+def test_a_pass_packs_each_rows_uncached_tokens_with_their_slots_positions_and_last_token():
+    inputs = prefill_inputs([[5, 6, 7], [8, 9, 10, 11, 12], [13]], [0, 3, 0], first_slot=2)
+    packed = PackedPrefill.of(inputs)
+    assert packed.tokens.tolist() == [
+        [5, 6, 7, 11, 12, 13],  # token ids: row 1's first three tokens are cached
+        [2, 2, 2, 3, 3, 4],  # slots
+        [0, 1, 2, 3, 4, 0],  # positions
+    ]
+    assert packed.tiles.tolist() == [[2, 0, 3, 0], [3, 3, 2, 3], [4, 5, 1, 0]]
+    assert packed.last_tokens.tolist() == [2, 4, 5]
+    assert (packed.num_tokens, packed.num_rows) == (6, 3)
+
+
+def test_a_row_longer_than_a_tile_is_cut_into_tiles_of_its_own():
+    count = 2 * TILE_TOKENS + 5
+    packed = PackedPrefill.of(prefill_inputs([[1] * 3, [2] * (count + 7)], [0, 7], first_slot=0))
+    assert packed.tiles.tolist() == [
+        [0, 0, 3, 0],
+        [1, 3, TILE_TOKENS, 7],
+        [1, 3 + TILE_TOKENS, TILE_TOKENS, 7 + TILE_TOKENS],
+        [1, 3 + 2 * TILE_TOKENS, 5, 7 + 2 * TILE_TOKENS],
+    ]
+
+
+def test_padding_adds_unstored_tokens_empty_tiles_and_rows_that_read_token_zero():
+    packed = PackedPrefill.of(prefill_inputs([[5, 6], [7]], [0, 0], first_slot=1))
+    padded = packed.pad(num_tokens=5, num_tiles=4, num_rows=4)
+    assert padded.tokens.tolist() == [[5, 6, 7, 0, 0], [1, 1, 2, -1, -1], [0, 1, 0, 0, 0]]
+    assert padded.tiles.tolist() == [[1, 0, 2, 0], [2, 2, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
+    assert padded.last_tokens.tolist() == [1, 2, 0, 0]
+
+
+def test_the_flat_vector_holds_every_field_and_views_give_them_back():
+    packed = PackedPrefill.of(prefill_inputs([[5, 6], [7, 8, 9]], [1, 0], first_slot=0))
+    flat = packed.flat()
+    assert flat.dtype == torch.int64 and flat.numel() == 3 * 4 + 4 * 2 + 2
+    back = PackedPrefill.view(flat, num_tokens=4, num_tiles=2)
+    for got, expected in zip(
+        (back.tokens, back.tiles, back.last_tokens),
+        (packed.tokens, packed.tiles, packed.last_tokens),
+        strict=True,
+    ):
+        assert torch.equal(got, expected)
+
+
+def test_graph_buckets_are_powers_of_two_with_a_floor():
+    assert [power_of_two_at_least(n, floor=64) for n in (1, 64, 65, 1000, 2048)] == [64, 64, 128, 1024, 2048]
+    assert [power_of_two_at_least(n) for n in (1, 2, 3, 9)] == [1, 2, 4, 16]
