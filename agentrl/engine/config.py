@@ -61,7 +61,8 @@ class EngineConfig(BaseModel):
     )
     prefix_block_size: int = Field(16, gt=0, description="built-in engine: tokens per cached prefix block")
     cuda_graphs: bool = Field(
-        True, description="built-in engine: replay decode steps as CUDA graphs (GPU only)"
+        True,
+        description="built-in engine: replay decode steps, and the fused forward's small prefill passes, as CUDA graphs (GPU only)",
     )
     prefill_interval: int = Field(
         1, gt=0, description="built-in engine: decode steps between prefills (8 batches multi-turn prefills)"

@@ -69,7 +69,8 @@ class TransformersEngine:
     Request ids in `StepRecord`s count up from 0 in submission order.
     `prefix_cache_bytes`: memory for cached prompt-prefix keys/values (0 turns the cache off);
     `prefix_block_size`: tokens per cached block, the granularity of prefix reuse;
-    `cuda_graphs`: replay captured decode steps on CUDA (ignored on CPU, where none exist);
+    `cuda_graphs`: replay captured decode steps on CUDA, and the fused forward's prefill passes of up
+    to 2,048 tokens (ignored on CPU, where none exist);
     `prefill_interval`: while rows decode, admit new requests only every this many decode steps,
     so that requests arriving one by one (turns ending) share fewer, larger prefill passes;
     `torch_compile`: compile each decoder layer's MLP and RMSNorms (`agentrl.compiled_layers`) for
