@@ -96,7 +96,7 @@ class FusedDecoder:
 
     def prefill(self, packed: PackedPrefill, storage: SlotKVCache) -> torch.Tensor:
         """Logits [rows, vocab] of each row's last token; stores every token's key/value (`packed` on the device)."""
-        token_ids, slots, positions = packed.tokens
+        token_ids, slots, positions = packed.per_token
 
         def attend(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor) -> Tensor:
             queries = rotary_store(qkv, cos, sin, keys, values, slots, positions, self.num_heads)

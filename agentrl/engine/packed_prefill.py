@@ -20,20 +20,20 @@ import torch
 from agentrl.engine.step_inputs import StepInputs
 
 TILE_TOKENS = 64  # query tokens of one row per prefill-attention program
-TOKENS, SLOTS, POSITIONS = 0, 1, 2  # rows of `PackedPrefill.tokens`
+SLOTS = 1  # the row of `PackedPrefill.per_token` that holds slots
 
 
 @dataclass(frozen=True)
 class PackedPrefill:
     """A prefill pass's packed tokens, on the host until `to`."""
 
-    tokens: torch.Tensor  # [3, tokens] int64: token id, slot (-1: padding), position
+    per_token: torch.Tensor  # [3, num_tokens] int64: token id, slot (-1: padding), position
     tiles: torch.Tensor  # [tiles, 4] int64: slot, first packed token, tokens (0: padding), first position
     last_tokens: torch.Tensor  # [rows] int64: each row's last packed token
 
     @property
     def num_tokens(self) -> int:
-        return self.tokens.shape[1]
+        return self.per_token.shape[1]
 
     @property
     def num_rows(self) -> int:
@@ -44,7 +44,7 @@ class PackedPrefill:
         """The real tokens of a left-padded pass (`prefill_inputs` on the host), packed."""
         assert inputs.write_index is not None, "a prefill pass, not a decode step"
         token_ids = inputs.input_ids.reshape(-1)[inputs.write_index]
-        tokens = torch.stack([token_ids, inputs.write_slots, inputs.write_positions])
+        per_token = torch.stack([token_ids, inputs.write_slots, inputs.write_positions])
         counts = np.array([count for count, _ in inputs.row_spans])
         starts = np.cumsum(counts) - counts
         row_slots = inputs.write_slots.numpy()[starts].tolist()
@@ -56,22 +56,22 @@ class PackedPrefill:
             for offset in range(0, count, TILE_TOKENS)
         ]
         last_tokens = torch.from_numpy(starts + counts - 1)
-        return PackedPrefill(tokens, torch.tensor(tiles, dtype=torch.int64).reshape(-1, 4), last_tokens)
+        return PackedPrefill(per_token, torch.tensor(tiles, dtype=torch.int64).reshape(-1, 4), last_tokens)
 
     def pad(self, num_tokens: int, num_tiles: int, num_rows: int) -> PackedPrefill:
         """The same pass widened to `num_tokens` tokens, `num_tiles` tiles and `num_rows` rows."""
-        tokens = torch.zeros((3, num_tokens), dtype=torch.int64)
-        tokens[SLOTS] = -1
-        tokens[:, : self.num_tokens] = self.tokens
+        per_token = torch.zeros((3, num_tokens), dtype=torch.int64)
+        per_token[SLOTS] = -1
+        per_token[:, : self.num_tokens] = self.per_token
         tiles = torch.zeros((num_tiles, 4), dtype=torch.int64)
         tiles[: self.tiles.shape[0]] = self.tiles
         last_tokens = torch.zeros(num_rows, dtype=torch.int64)
         last_tokens[: self.num_rows] = self.last_tokens
-        return PackedPrefill(tokens, tiles, last_tokens)
+        return PackedPrefill(per_token, tiles, last_tokens)
 
     def flat(self) -> torch.Tensor:
-        """Every field in one int64 vector (tokens, tiles, last tokens), for a single copy."""
-        return torch.cat([self.tokens.reshape(-1), self.tiles.reshape(-1), self.last_tokens])
+        """Every field in one int64 vector (per token, tiles, last tokens), for a single copy."""
+        return torch.cat([self.per_token.reshape(-1), self.tiles.reshape(-1), self.last_tokens])
 
     @staticmethod
     def view(flat: torch.Tensor, num_tokens: int, num_tiles: int) -> PackedPrefill:

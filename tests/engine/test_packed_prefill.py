@@ -12,7 +12,7 @@ from agentrl.engine.step_inputs import prefill_inputs
 def test_a_pass_packs_each_rows_uncached_tokens_with_their_slots_positions_and_last_token():
     inputs = prefill_inputs([[5, 6, 7], [8, 9, 10, 11, 12], [13]], [0, 3, 0], first_slot=2)
     packed = PackedPrefill.of(inputs)
-    assert packed.tokens.tolist() == [
+    assert packed.per_token.tolist() == [
         [5, 6, 7, 11, 12, 13],  # token ids: row 1's first three tokens are cached
         [2, 2, 2, 3, 3, 4],  # slots
         [0, 1, 2, 3, 4, 0],  # positions
@@ -36,7 +36,7 @@ def test_a_row_longer_than_a_tile_is_cut_into_tiles_of_its_own():
 def test_padding_adds_unstored_tokens_empty_tiles_and_rows_that_read_token_zero():
     packed = PackedPrefill.of(prefill_inputs([[5, 6], [7]], [0, 0], first_slot=1))
     padded = packed.pad(num_tokens=5, num_tiles=4, num_rows=4)
-    assert padded.tokens.tolist() == [[5, 6, 7, 0, 0], [1, 1, 2, -1, -1], [0, 1, 0, 0, 0]]
+    assert padded.per_token.tolist() == [[5, 6, 7, 0, 0], [1, 1, 2, -1, -1], [0, 1, 0, 0, 0]]
     assert padded.tiles.tolist() == [[1, 0, 2, 0], [2, 2, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
     assert padded.last_tokens.tolist() == [1, 2, 0, 0]
 
@@ -47,8 +47,8 @@ def test_the_flat_vector_holds_every_field_and_views_give_them_back():
     assert flat.dtype == torch.int64 and flat.numel() == 3 * 4 + 4 * 2 + 2
     back = PackedPrefill.view(flat, num_tokens=4, num_tiles=2)
     for got, expected in zip(
-        (back.tokens, back.tiles, back.last_tokens),
-        (packed.tokens, packed.tiles, packed.last_tokens),
+        (back.per_token, back.tiles, back.last_tokens),
+        (packed.per_token, packed.tiles, packed.last_tokens),
         strict=True,
     ):
         assert torch.equal(got, expected)
