@@ -11,8 +11,11 @@ and a sampled response). Measured in the same run, on the same model and batch:
 - chunked + checkpointing: the same with activation checkpointing, at the presets'
   micro-batch size;
 - compiled: each of the two above with `actor.use_torch_compile` (each decoder layer's forward
-  and the head's per-chunk kernels compiled; the compile itself happens in the untimed warm-up
-  update).
+  and the head's per-chunk kernels compiled).
+
+Updates are timed after `--warmup` untimed ones. The first compiles, and the next few after any
+compile run slower while Inductor's compile worker processes wind down (an H100 host, 0.5B:
+908-996 ms an update for three updates, then 707-711 ms); training runs for hours past that.
 
 With `--varied-lengths` each sequence's length is drawn uniformly up to `--sequence-length`
 and every update gets a new batch, as in training: kernels that set up per shape pay for it.
@@ -64,11 +67,10 @@ MODEL_SHAPES = {
     },
 }  # fmt: skip
 # Largest micro-batches of 4,096-token sequences that fit on an 80 GB card without checkpointing,
-# for the previous path (as measured before this change), the chunked one and the compiled one
-# (at 0.5B, 16 also fits compiled but ran slower than 8).
+# for the previous path (as measured before this change), the chunked one and the compiled one.
 PREVIOUS_MICRO_BATCH = {"tiny": 2, "qwen2.5-0.5b": 4, "qwen2.5-1.5b": 2}
 CHUNKED_MICRO_BATCH = {"tiny": 2, "qwen2.5-0.5b": 8, "qwen2.5-1.5b": 2}
-COMPILED_MICRO_BATCH = {"tiny": 2, "qwen2.5-0.5b": 8, "qwen2.5-1.5b": 4}
+COMPILED_MICRO_BATCH = {"tiny": 2, "qwen2.5-0.5b": 16, "qwen2.5-1.5b": 4}
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
@@ -248,13 +250,12 @@ def benchmark_shape(args: argparse.Namespace, shape: str, device: torch.device, 
     ]
     with tempfile.TemporaryDirectory() as directory:
         config = write_random_model(shape, Path(directory), device, args.sequence_length)
+        num_warmup = args.warmup
         if args.varied_lengths:
             # Every update sees new lengths, as in training; the second warm-up update is the
             # first with another token count (compiled variants recompile for it once).
-            num_warmup = 2
             batches = [random_batch(args, config.vocab_size, seed) for seed in range(num_warmup + args.steps)]
         else:
-            num_warmup = 1
             batches = [random_batch(args, config.vocab_size)] * (num_warmup + args.steps)
         flops = [model_flops(config, batch) for batch in batches]
         results = [
@@ -301,6 +302,7 @@ def main() -> None:
     parser.add_argument(
         "--micro-batch", type=int, default=16, help="of the checkpointing variant (the presets')"
     )
+    parser.add_argument("--warmup", type=int, default=5, help="untimed updates first (module doc)")
     parser.add_argument("--steps", type=int, default=2, help="timed updates after the warm-up")
     parser.add_argument(
         "--varied-lengths",
@@ -311,6 +313,10 @@ def main() -> None:
         "--peak-tflops", type=float, default=989.0, help="datasheet dense bf16 peak (H100/H200 SXM: 989)"
     )
     args = parser.parse_args()
+    if args.warmup < (2 if args.varied_lengths else 1):
+        raise ValueError(
+            f"--warmup must cover the compiling updates: at least 1, 2 with --varied-lengths; got {args.warmup}"
+        )
     if not 0 < args.prompt_tokens < args.sequence_length:
         raise ValueError(f"--prompt-tokens must be in (0, {args.sequence_length}), got {args.prompt_tokens}")
     device = torch.device(args.device)
