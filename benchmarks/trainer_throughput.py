@@ -213,10 +213,6 @@ def run_variant(
         optim={"lr": 1e-6},
     )
     worker_class = PolicyWorker if variant.chunked else PreviousPolicyWorker
-    # Each variant compiles from scratch, as a training process would. Otherwise dynamo's cache,
-    # keyed by the layer's code, carries over: after the 0.5B shape, the 1.5B one recompiled with
-    # its hidden size dynamic too, and its compiled updates ran at a fifth of their speed.
-    torch._dynamo.reset()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     worker = None
