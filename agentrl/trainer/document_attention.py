@@ -7,9 +7,9 @@ compute every off-diagonal block only to mask it out. Here no token attends acro
 boundary, and no work is spent on padding or on masked-out blocks:
 
 - On CUDA in bf16/fp16 (Ampere or newer), one variable-length flash-attention call covers the
-  whole row: the kernel takes the documents' offsets and reads grouped K/V heads in place. On a
-  0.5B update of 16 x 4,096 tokens it took 3.5 ms a layer (forward and backward) against 5.0 ms
-  for a call per document, which also concatenated the outputs.
+  whole row: the kernel takes the documents' offsets and reads grouped K/V heads in place. At a
+  0.5B layer's shapes (8 x 4,096 tokens, 14 query and 2 K/V heads of 64) that took 3.5 ms forward
+  and backward on an H100, against 5.0 ms for a call per document and the concatenation after.
 - Elsewhere (CPU, float32), each document gets its own causal scaled-dot-product attention.
 
 cuDNN's attention, SDPA's first choice on Hopper GPUs, is never used: it builds a plan for every
