@@ -106,4 +106,9 @@ def held_out_summary(metrics_path: Path) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_status = main()
+    if "torch.distributed" in sys.modules:  # a training run; under torchrun, one rank of several
+        from agentrl.trainer.distributed import exit_rank
+
+        exit_rank(exit_status)
+    sys.exit(exit_status)

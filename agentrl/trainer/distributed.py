@@ -7,8 +7,12 @@ CPU or single GPU case runs the same FSDP2 code as the multi-rank one.
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
+import sys
 from dataclasses import dataclass
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -93,3 +97,22 @@ def all_gather_lists(local: list) -> list:
     gathered: list[list] = [[] for _ in range(world_size)]
     dist.all_gather_object(gathered, local)
     return [item for part in gathered for item in part]
+
+
+def exit_rank(status: int) -> NoReturn:
+    """End this process with `status`; a rank of a multi-rank group leaves the group first.
+
+    Such a rank then exits without interpreter shutdown, once the standard streams, logging and
+    the `atexit` handlers are done. gloo's worker threads can still be releasing the tensors of
+    the last collective when the main thread finishes, and a worker that needs the interpreter
+    lock while the interpreter finalizes aborts the whole process ("terminate called without an
+    active exception", SIGABRT): torchrun then reports a failed rank for a run that finished.
+    """
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        sys.exit(status)
+    dist.destroy_process_group()
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

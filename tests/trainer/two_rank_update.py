@@ -13,6 +13,7 @@ import torch
 from agentrl.rollout.trajectory import Status
 from agentrl.trainer.actor_config import ActorConfig
 from agentrl.trainer.batch import build_train_batch
+from agentrl.trainer.distributed import exit_rank
 from agentrl.trainer.policy_worker import PolicyWorker
 from tests.trainer.tiny_model import PAD_TOKEN_ID, short_trajectory, two_turn_trajectory
 
@@ -54,6 +55,4 @@ def main(model_dir: str, out: str) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:3])
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
-    sys.exit(0)
+    exit_rank(0)
