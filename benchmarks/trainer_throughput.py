@@ -19,13 +19,20 @@ compile run slower while Inductor's compile worker processes wind down (an H100 
 
 With `--varied-lengths` each sequence's length is drawn uniformly up to `--sequence-length`
 and every update gets a new batch, as in training: kernels that set up per shape pay for it.
+Compiled layers then still compile once more, at whichever update first brings a micro-batch
+on the other side of a size threshold Inductor chose (4,096 tokens on an H100): a one-off cost
+in a run of thousands of updates, but seconds inside a handful of timed ones. Timed updates
+during which dynamo compiled are therefore left out of tokens/s and MFU, and counted.
 
-Printed per variant: tokens/s of `update()` (every real token of every sequence, prompt
-included; padding not counted), MFU, peak GPU memory and the ratio to the previous path. MFU counts model FLOPs only (no
-recompute): 6 x decoder matmul parameters per token, 6 x layers x hidden x sequence length per
-token for causal attention, and 6 x hidden x vocabulary per scored token for the head. It is
-given against the datasheet bf16 peak (`--peak-tflops`) and against a bf16 matmul measured in
-the same run.
+Printed per variant: tokens/s of `update()` over the timed updates that compiled nothing
+(every real token of every sequence, prompt included; padding not counted), MFU, peak GPU
+memory, the ratio to the previous path, how many timed updates compiled (left out), and how
+many times the CUDA caching allocator ran out, freed its cache and retried in the timed updates.
+
+MFU counts model FLOPs only (no recompute): 6 x decoder matmul parameters per token, 6 x layers
+x hidden x sequence length per token for causal attention, and 6 x hidden x vocabulary per
+scored token for the head. It is given against the datasheet bf16 peak (`--peak-tflops`) and
+against a bf16 matmul measured in the same run.
 
 GPU:  python benchmarks/trainer_throughput.py --shapes qwen2.5-0.5b qwen2.5-1.5b [--varied-lengths]
 CPU:  python benchmarks/trainer_throughput.py --shapes tiny --device cpu --dtype float32 \\
@@ -111,9 +118,11 @@ class Variant:
 @dataclass
 class Result:
     variant: Variant
-    tokens_per_s: float | None  # real (not padding) tokens; None: out of memory
+    tokens_per_s: float | None  # real (not padding) tokens; None: out of memory, or every update compiled
     peak_gib: float | None
     flops_per_s: float | None = None  # model FLOPs (module doc)
+    compiling_updates: int = 0  # timed updates left out because dynamo compiled during them
+    alloc_retries: int = 0  # times the CUDA allocator freed its cache to retry, timed updates
 
 
 def write_random_model(
@@ -222,12 +231,17 @@ def run_variant(
             batch.old_logprobs, _ = worker.compute_logprobs(batch)
         for batch in batches[:num_warmup]:
             worker.update(batch)  # allocator, kernels, optimizer state, compilation
-        synchronize(device)
-        start = time.perf_counter()
-        for batch in batches[num_warmup:]:
-            worker.update(batch)
-        synchronize(device)
-        seconds = time.perf_counter() - start
+        retries = _alloc_retries(device)
+        steady = []  # (seconds, batch index) of each timed update that compiled nothing
+        for index in range(num_warmup, len(batches)):
+            frames = _compiled_frames()
+            synchronize(device)
+            start = time.perf_counter()
+            worker.update(batches[index])
+            synchronize(device)
+            if _compiled_frames() == frames:
+                steady.append((time.perf_counter() - start, index))
+        retries = _alloc_retries(device) - retries
     except torch.OutOfMemoryError:
         return Result(variant, None, None)
     finally:
@@ -236,8 +250,21 @@ def run_variant(
         if device.type == "cuda":
             torch.cuda.empty_cache()
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-    tokens = sum(float(batch.attention_mask.sum()) for batch in batches[num_warmup:])
-    return Result(variant, tokens / seconds, peak, sum(flops[num_warmup:]) / seconds)
+    compiling = len(batches) - num_warmup - len(steady)
+    if not steady:
+        return Result(variant, None, peak, None, compiling, retries)
+    seconds = sum(elapsed for elapsed, _ in steady)
+    tokens = sum(float(batches[index].attention_mask.sum()) for _, index in steady)
+    steady_flops = sum(flops[index] for _, index in steady)
+    return Result(variant, tokens / seconds, peak, steady_flops / seconds, compiling, retries)
+
+
+def _compiled_frames() -> int:
+    return torch._dynamo.utils.counters["frames"]["total"]
+
+
+def _alloc_retries(device: torch.device) -> int:
+    return torch.cuda.memory_stats(device).get("num_alloc_retries", 0) if device.type == "cuda" else 0
 
 
 def benchmark_shape(args: argparse.Namespace, shape: str, device: torch.device, matmul_tflops: float) -> None:
@@ -271,12 +298,14 @@ def benchmark_shape(args: argparse.Namespace, shape: str, device: torch.device, 
     )
     print(
         f"{'variant':47} {'micro':>5} {'tokens/s':>10} {'MFU':>6} {'of matmul':>9} {'peak GiB':>8} {'vs previous':>11}"
+        f" {'compiling updates':>17} {'alloc retries':>13}"
     )
     previous = results[0].tokens_per_s
     for result in results:
         variant = result.variant
         if result.tokens_per_s is None or result.flops_per_s is None:
-            print(f"{variant.name:47} {variant.micro_batch_size:>5} {'out of memory':>10}")
+            why = f"all {result.compiling_updates} timed updates compiled" if result.compiling_updates else "out of memory"
+            print(f"{variant.name:47} {variant.micro_batch_size:>5} {why:>10}")
             continue
         achieved = result.flops_per_s / 1e12  # TFLOP/s
         ratio = f"{result.tokens_per_s / previous:.2f}x" if previous else "-"
@@ -284,6 +313,7 @@ def benchmark_shape(args: argparse.Namespace, shape: str, device: torch.device, 
         print(
             f"{variant.name:47} {variant.micro_batch_size:>5} {result.tokens_per_s:>10,.0f} "
             f"{achieved / args.peak_tflops:>6.1%} {achieved / matmul_tflops:>9.1%} {peak:>8} {ratio:>11}"
+            f" {result.compiling_updates:>17} {result.alloc_retries:>13}"
         )
 
 
@@ -303,7 +333,7 @@ def main() -> None:
         "--micro-batch", type=int, default=16, help="of the checkpointing variant (the presets')"
     )
     parser.add_argument("--warmup", type=int, default=5, help="untimed updates first (module doc)")
-    parser.add_argument("--steps", type=int, default=2, help="timed updates after the warm-up")
+    parser.add_argument("--steps", type=int, default=4, help="timed updates after the warm-up")
     parser.add_argument(
         "--varied-lengths",
         action="store_true",

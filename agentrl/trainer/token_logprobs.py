@@ -120,9 +120,32 @@ _EAGER_CHUNK_OPS = _ChunkOps(_chunk_stats, _chunk_grad_logits)
 
 @functools.cache
 def _compiled_chunk_ops() -> _ChunkOps:
-    # The last chunk is shorter: dynamo recompiles once with the row count dynamic (the vocabulary
-    # size stays static, which the kernels need to be fast).
-    return _ChunkOps(torch.compile(_chunk_stats), torch.compile(_chunk_grad_logits))
+    return _ChunkOps(_compiled_per_chunk(_chunk_stats), _compiled_per_chunk(_chunk_grad_logits))
+
+
+def _compiled_per_chunk(function: Callable) -> Callable:
+    """`function` compiled once for every chunk: rows dynamic from the first call, vocabulary static.
+
+    Left to dynamo, the first chunk would compile for exactly `chunk_size` rows, a shorter last
+    chunk would compile again, and a chunk's per-row vectors, slices at offset `start`, would
+    compile once at offset 0 and once past it; on batches of varied lengths a new combination
+    then turns up, and compiles, many updates into a run. Each per-row tensor here starts at
+    offset 0 (a copy of at most `chunk_size` values) and has its row count marked dynamic. The
+    vocabulary size stays static, which the kernels need to be fast.
+    """
+    compiled = torch.compile(function)
+
+    def call(*args):
+        return compiled(*(_own_rows(arg) if isinstance(arg, torch.Tensor) else arg for arg in args))
+
+    return call
+
+
+def _own_rows(rows: torch.Tensor) -> torch.Tensor:
+    if rows.storage_offset():
+        rows = rows.clone()
+    torch._dynamo.maybe_mark_dynamic(rows, 0)
+    return rows
 
 
 # Recent torch releases let a half-precision matrix product write float32 (`out_dtype`, CUDA only);

@@ -115,3 +115,22 @@ def test_the_compiled_chunk_kernels_give_the_full_logits_path_values_and_gradien
         assert_close(scores.entropy, expected_entropy, atol=1e-5, rtol=1e-5)
     assert_close(compiled_grads[0], hidden.grad, atol=1e-5, rtol=1e-5)
     assert_close(compiled_grads[1], weight.grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_compiled_chunk_kernels_compile_once_for_every_chunk_offset_and_row_count():
+    generator = torch.Generator().manual_seed(5)
+    weight = torch.randn(VOCAB, HIDDEN, generator=generator, requires_grad=True)
+    counters = torch._dynamo.utils.counters
+
+    def score(num_tokens: int) -> None:
+        hidden = torch.randn(num_tokens, HIDDEN, generator=generator, requires_grad=True)
+        targets = torch.randint(0, VOCAB, (num_tokens,), generator=generator)
+        scores = token_logprobs(hidden, weight, targets, chunk_size=4, with_entropy=True, compiled=True)
+        (scores.logprobs.sum() + scores.entropy.sum()).backward()
+
+    score(10)  # chunks of 4, 4 and 2 rows at offsets 0, 4 and 8: each kernel compiles here
+    compiled_frames = counters["frames"]["total"]
+    for num_tokens in (7, 14, 3, 12, 6):  # other offsets, other last-chunk sizes, a single short chunk
+        score(num_tokens)
+    assert counters["frames"]["total"] == compiled_frames
