@@ -304,7 +304,11 @@ def benchmark_shape(args: argparse.Namespace, shape: str, device: torch.device, 
     for result in results:
         variant = result.variant
         if result.tokens_per_s is None or result.flops_per_s is None:
-            why = f"all {result.compiling_updates} timed updates compiled" if result.compiling_updates else "out of memory"
+            why = (
+                f"all {result.compiling_updates} timed updates compiled"
+                if result.compiling_updates
+                else "out of memory"
+            )
             print(f"{variant.name:47} {variant.micro_batch_size:>5} {why:>10}")
             continue
         achieved = result.flops_per_s / 1e12  # TFLOP/s
