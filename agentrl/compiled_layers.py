@@ -38,6 +38,8 @@ def compile_layer(layer: torch.nn.Module) -> None:
 
     Shapes are left to dynamo's automatic dynamism: the first batch compiles static kernels,
     and the first batch with another token count recompiles with only that dimension dynamic.
+    Inductor may then guard on a size threshold of the token count (4,096 on an H100), and the
+    first batch on its other side compiles once more: a handful of graphs per layer in all.
     Marking every dimension dynamic up front would also make the hidden and head sizes symbolic,
     and the elementwise kernels (rotary embedding above all) much slower.
     """
