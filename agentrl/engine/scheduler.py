@@ -1,0 +1,261 @@
+"""Inference stage: the built-in engine's scheduler thread, which alone touches the model.
+
+Each iteration drops cancelled requests, applies a weight update once no row runs on the old
+weights, prefills admitted requests (`admission` decides which, within the row and token
+budgets) and runs one decode step for every running row. Row i owns slot i of the runner's
+slot storage: a finished row is answered at once, and the last rows move into the holes.
+Anything a forward pass raises fails the rows it touched; the thread keeps serving.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from agentrl.engine.admission import admit
+from agentrl.engine.engine_records import EngineStats, StepKind, StepRecord, WeightUpdate
+from agentrl.engine.model_runner import ModelRunner
+from agentrl.engine.pending_decode import PendingDecode
+from agentrl.engine.prefix_cache import PrefixCache
+from agentrl.engine.request import Request, resolve_future
+from agentrl.engine.sampling import RowSampling, draw_uniforms, sample_next_tokens, stack_picked
+from agentrl.engine.step_inputs import prefill_inputs
+
+SHUTDOWN = object()  # put in the inbox: the scheduler fails what is left and returns
+
+
+class Scheduler:
+    """Continuous batching over one `ModelRunner`: `serve` runs on the engine's thread.
+
+    `inbox` carries `Request`s and `WeightUpdate`s in submission order, then `SHUTDOWN`.
+    `parameters`: the model's tensors by state-dict name, which weight updates copy into.
+    """
+
+    def __init__(
+        self,
+        runner: ModelRunner,
+        prefix_cache: PrefixCache | None,
+        stats: EngineStats,
+        inbox: queue.SimpleQueue[Any],
+        parameters: dict[str, torch.Tensor],
+        *,
+        max_batch_size: int,
+        max_prefill_tokens: int,
+        prefill_interval: int,
+        policy_version: int,
+        on_step: Callable[[StepRecord], None] | None,
+        overlap_decode: bool,
+    ) -> None:
+        self.runner = runner
+        self.prefix_cache = prefix_cache
+        self.stats = stats
+        self._inbox = inbox
+        self._parameters = parameters
+        self.max_batch_size = max_batch_size
+        self.max_prefill_tokens = max_prefill_tokens
+        self.prefill_interval = prefill_interval
+        self.policy_version = policy_version
+        self._on_step = on_step
+        self.overlap_decode = overlap_decode
+        self._decodes_since_prefill = 0
+        self._pending: PendingDecode | None = None  # a launched decode step whose tokens are unread
+        self._waiting: collections.deque[Request | WeightUpdate] = collections.deque()
+        self._rows: list[Request] = []  # row i owns slot i of self.runner.slots
+
+    def serve(self) -> None:
+        """Schedule until `SHUTDOWN`; then fail the running rows and the waiting requests and updates."""
+        with torch.inference_mode():
+            while self._take_commands():
+                try:
+                    self._iterate()
+                # Anything a forward raises fails the rows it touched; the engine keeps serving.
+                except Exception as error:  # noqa: BLE001
+                    self._fail_rows(error)
+        closed = RuntimeError("TransformersEngine was closed before this request finished")
+        self._fail_rows(closed)
+        for item in self._waiting:
+            resolve_future(item.future, error=closed)
+
+    def _take_commands(self) -> bool:
+        """Move submitted commands into the waiting queue; False once shutdown was asked for."""
+        block = not self._rows and not self._waiting and self._pending is None
+        while True:
+            try:
+                command = self._inbox.get(block=block)
+            except queue.Empty:
+                return True
+            if command is SHUTDOWN:
+                return False
+            self._waiting.append(command)
+            block = False
+
+    def _iterate(self) -> None:
+        """One scheduling iteration: drop cancelled, apply a due update, prefill, decode."""
+        self._waiting = collections.deque(item for item in self._waiting if not item.cancelled)
+        self._retire_rows()
+        if not self._rows:
+            self._read_pending_decode()  # only finished rows' dropped tokens are left in it
+        if self._waiting and isinstance(self._waiting[0], WeightUpdate) and not self._rows:
+            self._apply_update(self._waiting.popleft())
+            return
+        due = not self._rows or self._decodes_since_prefill >= self.prefill_interval
+        budget = self.max_prefill_tokens if due else 0
+        first_pass = True
+        while budget > 0 and (admitted := self._admit(budget, first_pass)):
+            budget -= self._prefill(admitted)
+            first_pass = False
+        if self._rows:
+            self._decode()
+
+    def _admit(self, budget: int, first_pass: bool) -> list[Request]:
+        num_free_rows = self.max_batch_size - len(self._rows)
+        return admit(self._waiting, num_free_rows=num_free_rows, budget=budget, first_pass=first_pass,
+                     prefix_cache=self.prefix_cache, packed=self.runner.packed_prefill)  # fmt: skip
+
+    def _prefill(self, requests: list[Request]) -> int:
+        """One prefill pass over `requests`; returns the tokens it computed (padding too, unless packed)."""
+        self._decodes_since_prefill = 0
+        first_slot = len(self._rows)
+        for request in requests:
+            request.policy_version = self.policy_version
+        self._rows.extend(requests)  # from here on a failure fails these rows too
+        self.runner.grow_slots(max(len(r.prompt_ids) for r in requests))
+        cached_lengths = self._reuse_prefixes(requests, first_slot)
+        inputs = prefill_inputs([r.prompt_ids for r in requests], cached_lengths, first_slot)
+        logits = self.runner.prefill(inputs, first_slot)
+        self._sample(logits, requests)
+        for request in requests:
+            request.cache_length = len(request.prompt_ids)
+        if self.prefix_cache is not None:
+            self.prefix_cache.insert_from_slots(
+                [(r.prompt_ids, first_slot + i) for i, r in enumerate(requests)]
+            )
+        self.stats.num_prompt_tokens += sum(len(r.prompt_ids) for r in requests)
+        self.stats.num_prefix_cached_tokens += sum(cached_lengths)
+        computed = inputs.write_index.numel() if self.runner.packed_prefill else inputs.input_ids.numel()
+        self._record(StepKind.PREFILL, requests, num_tokens=computed)
+        self._retire_rows()
+        return computed
+
+    def _reuse_prefixes(self, requests: list[Request], first_slot: int) -> list[int]:
+        """Copy each prompt's cached start into its slot; returns how many positions each covers."""
+        if self.prefix_cache is None:
+            return [0] * len(requests)
+        matches = [self.prefix_cache.lookup(r.prompt_ids) for r in requests]
+        self.prefix_cache.copy_into_slots([(match, first_slot + i) for i, match in enumerate(matches)])
+        # The last prompt token is always fed: its logits give the first completion token.
+        return [min(m.num_tokens, len(r.prompt_ids) - 1) for m, r in zip(matches, requests, strict=True)]
+
+    def _decode(self) -> None:
+        """Launch a decode step for every running row; then read the previous step's tokens.
+
+        With overlap, the host reads step N's tokens while the device runs step N+1, which was
+        launched before the host knew which rows step N finished: such a row computes one extra
+        token in step N+1, which is dropped (the key/value it stores, its last kept token's, is valid).
+        """
+        previous, self._pending = self._pending, self._launch_decode(self._pending)
+        if previous is not None:
+            self._finish_decode(previous)
+        if not self.overlap_decode:
+            self._read_pending_decode()
+
+    def _launch_decode(self, previous: PendingDecode | None) -> PendingDecode:
+        requests = list(self._rows)
+        positions = [r.cache_length for r in requests]
+        self.runner.grow_slots(max(positions) + 1)
+        # A row the previous step decoded continues from that step's sample, still on the device.
+        sources = [-1] * len(requests) if previous is None else previous.rows_of(requests)
+        host_ids = [
+            0 if source >= 0 else r.completion_ids[-1] for r, source in zip(requests, sources, strict=True)
+        ]
+        params = [r.sampling for r in requests]
+        uniforms = draw_uniforms(params, [r.generator for r in requests])
+        picked = self.runner.decode(self.runner.stage_decode(positions, sources, host_ids, params, uniforms))
+        for request in requests:
+            request.cache_length += 1
+        self._decodes_since_prefill += 1
+        return PendingDecode.launch(requests, picked)
+
+    def _finish_decode(self, step: PendingDecode) -> None:
+        """Append a launched step's tokens to the rows it did not find finished; retire finished rows."""
+        live = []  # rows finished by an earlier step (or cancelled since the launch) keep no token
+        for request, token_id, logprob in zip(step.requests, *step.read(), strict=True):
+            if request.finish_reason is None and not request.cancelled:
+                request.append(int(token_id), logprob)
+                live.append(request)
+        if live:
+            self.stats.num_generated_tokens += len(live)
+            self._record(StepKind.DECODE, live, num_tokens=len(step.requests))
+        self._retire_rows()
+
+    def _read_pending_decode(self) -> None:
+        """Finish the launched decode step, if any (before admitting, updating weights or idling)."""
+        if self._pending is not None:
+            step, self._pending = self._pending, None
+            self._finish_decode(step)
+
+    def _sample(self, logits: torch.Tensor, requests: list[Request]) -> None:
+        sampling = RowSampling.build(
+            [r.sampling for r in requests], [r.generator for r in requests], self.runner.device
+        )
+        picked = PendingDecode.launch(requests, stack_picked(*sample_next_tokens(logits, sampling)))
+        for request, token_id, logprob in zip(requests, *picked.read(), strict=True):
+            request.append(int(token_id), logprob)
+        self.stats.num_generated_tokens += len(requests)
+
+    def _retire_rows(self) -> None:
+        """Answer finished rows and drop them, with cancelled ones; the last rows fill their slots."""
+        done = [i for i, r in enumerate(self._rows) if r.finish_reason is not None or r.cancelled]
+        if not done:
+            return
+        finished = [(slot, self._rows[slot]) for slot in done if self._rows[slot].finish_reason is not None]
+        if self.prefix_cache is not None:
+            self.prefix_cache.insert_from_slots(
+                [(r.cached_token_ids(), slot) for slot, r in finished if not r.cancelled]
+            )
+        for _, request in finished:
+            resolve_future(request.future, result=request.generation())
+        num_kept = len(self._rows) - len(done)
+        done_set = set(done)
+        holes = [slot for slot in done if slot < num_kept]
+        movers = [slot for slot in range(num_kept, len(self._rows)) if slot not in done_set]
+        self.runner.slots.move_slots(movers, holes, [self._rows[slot].cache_length for slot in movers])
+        for hole, mover in zip(holes, movers, strict=True):
+            self._rows[hole] = self._rows[mover]
+        del self._rows[num_kept:]
+
+    def _record(self, kind: StepKind, requests: list[Request], num_tokens: int) -> None:
+        if kind is StepKind.PREFILL:
+            self.stats.num_prefill_steps += 1
+        else:
+            self.stats.num_decode_steps += 1
+        if self._on_step is not None:
+            self._on_step(StepRecord(kind, tuple(r.request_id for r in requests), num_tokens))
+
+    def _apply_update(self, update: WeightUpdate) -> None:
+        """Copy the new weights into the parameters in place (same storage, so graphs stay valid)."""
+        try:
+            if self.prefix_cache is not None:
+                self.prefix_cache.clear()  # keys/values computed by the old weights
+            start = time.perf_counter()
+            for name, tensor in update.state_dict.items():
+                self._parameters[name].copy_(tensor)
+            if self.runner.device.type == "cuda":
+                torch.cuda.synchronize(self.runner.device)  # the caller may reuse its tensors once we answer
+            self.stats.weight_sync_seconds = time.perf_counter() - start
+            self.policy_version = update.version
+        except Exception as error:  # noqa: BLE001 - the caller of update_weights gets it
+            resolve_future(update.future, error=error)
+        else:
+            resolve_future(update.future, result=None)
+
+    def _fail_rows(self, error: BaseException) -> None:
+        self._pending = None  # its unfinished rows are among self._rows
+        for request in self._rows:
+            resolve_future(request.future, error=error)
+        self._rows = []
