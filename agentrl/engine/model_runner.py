@@ -12,6 +12,7 @@ passes of up to a couple of thousand tokens (`prefill_graphs`).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import warnings
 
 import torch
@@ -50,6 +51,7 @@ class ModelRunner:
     ) -> None:
         self.model = model
         self.device = device
+        self._cache_keyword = cache_keyword(model)
         install_slot_attention(model)
         self.fused_decoder = None
         if fused_forward and device.type == "cuda" and fused_forward_unsupported(model) is None:
@@ -153,7 +155,7 @@ class ModelRunner:
             output = self.model(
                 input_ids=inputs.input_ids, position_ids=inputs.positions,
                 attention_mask=causal_slot_mask(inputs.positions, inputs.key_length),
-                past_key_values=plan, use_cache=True, logits_to_keep=1, slot_forward=plan,
+                use_cache=True, logits_to_keep=1, slot_forward=plan, **{self._cache_keyword: plan},
             )  # fmt: skip
         return output.logits[:, -1, :]
 
@@ -181,3 +183,19 @@ class ModelRunner:
     def _graph_step(self, block: torch.Tensor, key_length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The body of a decode graph: its sampler is the temperature-only one, whatever the rows ask."""
         return self._decode_step(block, [], key_length, temperature_only=True)
+
+
+def cache_keyword(model: PreTrainedModel) -> str:
+    """The keyword `model.forward` takes its key/value cache by: `cache` from transformers 5.24, else `past_key_values`.
+
+    Passed by the wrong name, the cache would travel on as an unused keyword and the model would
+    build a cache of its own, leaving the slots unwritten.
+    """
+    parameters = inspect.signature(type(model).forward).parameters
+    for keyword in ("cache", "past_key_values"):
+        if keyword in parameters:
+            return keyword
+    raise ValueError(
+        f"{type(model).__name__}.forward takes neither `cache` nor `past_key_values`, so the engine cannot "
+        "hand it its key/value slots; serve it with engine.backend=sglang"
+    )

@@ -7,9 +7,9 @@ step and nothing is rebuilt when rows join or leave. A row that leaves is replac
 row (one slot copy), which keeps the live rows a prefix of the slots. The capacity grows
 geometrically, so it is reallocated a logarithmic number of times over an engine's life.
 
-`SlotForward` is what a forward pass receives as `past_key_values`: transformers calls its
-`update` once per layer with the new keys/values, and it writes them into their slots and
-returns the slot views that attention reads.
+`SlotForward` is what a forward pass receives as its cache (`cache`; `past_key_values` before
+transformers 5.24): transformers calls its `update` once per layer with the new keys/values, and
+it writes them into their slots and returns the slot views that attention reads.
 """
 
 from __future__ import annotations

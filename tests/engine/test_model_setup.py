@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from agentrl.engine.model_runner import cache_keyword
 from agentrl.engine.model_setup import fused_forward_unsupported, pack_linears
 from tests.engine.conftest import tiny_llama, tiny_qwen2
 
@@ -40,3 +42,19 @@ def test_the_fused_forward_serves_llama_and_qwen2_and_names_why_it_skips_others(
     assert fused_forward_unsupported(tiny_llama()) is None
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32))
     assert fused_forward_unsupported(gpt2) == "model_type 'gpt2' is not one of ['llama', 'qwen2']"
+
+
+def test_the_slots_go_in_by_the_cache_keyword_the_models_forward_takes():
+    class Renamed(torch.nn.Module):  # transformers 5.24 and later
+        def forward(self, input_ids, cache=None, **kwargs): ...
+
+    class Older(torch.nn.Module):
+        def forward(self, input_ids, past_key_values=None, **kwargs): ...
+
+    class Neither(torch.nn.Module):
+        def forward(self, input_ids, **kwargs): ...
+
+    assert cache_keyword(Renamed()) == "cache"
+    assert cache_keyword(Older()) == "past_key_values"
+    with pytest.raises(ValueError, match="neither `cache` nor `past_key_values`.*engine.backend=sglang"):
+        cache_keyword(Neither())
