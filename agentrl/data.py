@@ -11,6 +11,7 @@ error naming the file, the row index (0-based, in file order) and the column.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 from pathlib import Path
@@ -150,6 +151,26 @@ def validate_rows(rows: list[Any], source: str) -> None:
             Row.model_validate(row)
         except ValidationError as error:
             raise ValueError(f"{source} row {index}: {_first_problem(error)}") from None
+
+
+def task_of_row(row: Any, reader: str) -> tuple[list[dict[str, Any]], Any]:
+    """A row's opening messages (a copy the caller may change) and its ground truth, for an env's reset.
+
+    Rows reach `reset(options=row)` from anywhere (the trainer, tests, the debugger), so they are
+    checked here too; `reader` starts each error (e.g. "MathEnv.reset options").
+    """
+    prompt = row.get("prompt") if isinstance(row, dict) else None
+    if not isinstance(prompt, list) or not prompt:
+        raise ValueError(
+            f"{reader} must be a dataset row whose 'prompt' is {MESSAGES_EXPECTED}, got {type(prompt).__name__}"
+        )
+    reward_model = row.get("reward_model")
+    if not isinstance(reward_model, dict) or reward_model.get("ground_truth") is None:
+        raise ValueError(
+            f"{reader} must be a dataset row with 'reward_model': {{'ground_truth': ...}}, "
+            f"got reward_model={reward_model!r}"
+        )
+    return copy.deepcopy(prompt), reward_model["ground_truth"]
 
 
 def _first_problem(error: ValidationError) -> str:

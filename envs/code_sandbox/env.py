@@ -16,12 +16,12 @@ failure. The env is async-native; sandbox runners are shared per event loop (`ru
 from __future__ import annotations
 
 import asyncio
-import copy
 import math
 import random
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agentrl.data import task_of_row
 from agentrl.env import InfraError, Message, StepResult, TextEnv
 from envs.code_sandbox import runners, synthetic
 from envs.code_sandbox.feedback import extract_code, failure_feedback, format_feedback
@@ -99,7 +99,8 @@ class CodeSandboxEnv(TextEnv):
     ) -> tuple[list[Message], dict[str, Any]]:
         self.seed_rng(seed)
         row = options if options else self._synthetic_row()
-        messages, self._task = _task_from_row(row, self.num_visible)
+        messages, ground_truth = task_of_row(row, "CodeSandboxEnv.reset options")
+        self._task = parse_ground_truth(ground_truth, self.num_visible)
         self._num_turns, self._first_pass_rate, self._done = 0, 0.0, False
         await self._lease_runner()
         return messages, {"num_hidden_tests": len(self._task.hidden_tests)}
@@ -199,20 +200,3 @@ def _attempt(task: CodeTask, visible_tests: list[Test], response: RunResponse) -
         feedback = failure_feedback(visible_tests[failing], visible[failing], task.entry_point, task.language)
     hidden_pass_rate = sum(result.verdict == Verdict.AC for result in hidden) / len(task.hidden_tests)
     return Attempt(True, failing is None, hidden_pass_rate, feedback)
-
-
-def _task_from_row(row: dict[str, Any], num_visible: int) -> tuple[list[Message], CodeTask]:
-    """The opening messages and the task of a verl-layout row, with actionable errors."""
-    prompt = row.get("prompt")
-    if not isinstance(prompt, list) or not prompt:
-        raise ValueError(
-            "CodeSandboxEnv.reset options must be a dataset row whose 'prompt' is a non-empty list of "
-            f'{{"role", "content"}} messages, got {type(prompt).__name__}'
-        )
-    reward_model = row.get("reward_model")
-    if not isinstance(reward_model, dict) or reward_model.get("ground_truth") is None:
-        raise ValueError(
-            "CodeSandboxEnv.reset options must be a dataset row with 'reward_model': {'ground_truth': ...}, "
-            f"got reward_model={reward_model!r}"
-        )
-    return copy.deepcopy(prompt), parse_ground_truth(reward_model["ground_truth"], num_visible)

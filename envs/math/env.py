@@ -9,11 +9,11 @@ the episode terminates when an answer is correct or the attempts are used up.
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 from typing import Any
 
+from agentrl.data import task_of_row
 from agentrl.env import Message, StepResult, TextEnv
 from envs.math import synthetic
 from envs.math.grader import AnswerGrader, shared_grader
@@ -61,11 +61,11 @@ class MathEnv(TextEnv):
     ) -> tuple[list[Message], dict[str, Any]]:
         super().reset(seed=seed)
         row = options if options else self._synthetic_row()
-        messages, ground_truth = _task_from_row(row)
-        self._ground_truth = ground_truth
+        messages, ground_truth = task_of_row(row, "MathEnv.reset options")
+        self._ground_truth = str(ground_truth)
         self._num_attempts = 0
         self._done = False
-        return messages, {"ground_truth": ground_truth}
+        return messages, {"ground_truth": self._ground_truth}
 
     def step(self, action: str) -> StepResult:
         if self._ground_truth is None or self._done:
@@ -90,20 +90,3 @@ class MathEnv(TextEnv):
         rng = random.Random(int(self.np_random.integers(2**63)))
         expression = synthetic.make_expression(rng, self.synthetic_difficulty)
         return synthetic.make_row(expression, index=0, split="synthetic")
-
-
-def _task_from_row(row: dict[str, Any]) -> tuple[list[Message], str]:
-    """The opening messages and ground truth of a verl-layout row, with actionable errors."""
-    prompt = row.get("prompt")
-    if not isinstance(prompt, list) or not prompt:
-        raise ValueError(
-            "MathEnv.reset options must be a dataset row whose 'prompt' is a non-empty list of "
-            f'{{"role", "content"}} messages, got {type(prompt).__name__}'
-        )
-    reward_model = row.get("reward_model")
-    if not isinstance(reward_model, dict) or reward_model.get("ground_truth") is None:
-        raise ValueError(
-            "MathEnv.reset options must be a dataset row with 'reward_model': {'ground_truth': ...}, "
-            f"got reward_model={reward_model!r}"
-        )
-    return copy.deepcopy(prompt), str(reward_model["ground_truth"])

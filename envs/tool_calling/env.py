@@ -14,11 +14,11 @@ task, so the env also runs on its own (and under gymnasium's env checker).
 from __future__ import annotations
 
 import asyncio
-import copy
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentrl.data import task_of_row
 from agentrl.env import Message, StepResult, TextEnv, load_object
 from agentrl.rewards.tool_calls import MalformedCall, ToolCall, parse_tool_calls
 from envs.math.grader import AnswerGrader, Verdict, shared_grader
@@ -83,7 +83,8 @@ class ToolCallingEnv(TextEnv):
     ) -> tuple[list[Message], dict[str, Any]]:
         self.seed_rng(seed)
         row = options if options else self._synthetic_row()
-        messages, self._ground_truth = _task_from_row(row)
+        messages, ground_truth = task_of_row(row, "ToolCallingEnv.reset options")
+        self._ground_truth = str(ground_truth)
         self._done = False
         self._counts = {"num_tool_calls": 0, "num_tool_errors": 0} | {
             f"calls_{name}": 0 for name in self._tools
@@ -173,22 +174,6 @@ def _tool_message(call: ToolCall | MalformedCall, outcome: ToolOutcome) -> Messa
     if isinstance(call, ToolCall):
         message["name"] = call.name
     return message
-
-
-def _task_from_row(row: dict[str, Any]) -> tuple[list[Message], str]:
-    prompt = row.get("prompt")
-    if not isinstance(prompt, list) or not prompt:
-        raise ValueError(
-            "ToolCallingEnv.reset options must be a dataset row whose 'prompt' is a non-empty list of "
-            f'{{"role", "content"}} messages, got {type(prompt).__name__}'
-        )
-    reward_model = row.get("reward_model")
-    if not isinstance(reward_model, dict) or reward_model.get("ground_truth") is None:
-        raise ValueError(
-            "ToolCallingEnv.reset options must be a row with 'reward_model': {'ground_truth': ...}, "
-            f"got reward_model={reward_model!r}"
-        )
-    return copy.deepcopy(prompt), str(reward_model["ground_truth"])
 
 
 def _is_number(text: str) -> bool:

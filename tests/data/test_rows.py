@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 from pyarrow import parquet
 
-from agentrl.data import generated_rows, load_rows
+from agentrl.data import generated_rows, load_rows, task_of_row
 
 GOOD_ROW = {
     "data_source": "hand_written",
@@ -141,3 +141,30 @@ def test_generated_rows_are_validated_like_file_rows():
         generated_rows("tests.data.test_rows:short_generator", num_rows=2, seed=0)
     with pytest.raises(ValueError, match="module 'envs.math.synthetic' has no attribute 'nope'"):
         generated_rows("envs.math.synthetic:nope", num_rows=2, seed=0)
+
+
+def test_an_env_reads_a_rows_opening_messages_as_a_copy_and_its_ground_truth():
+    messages, ground_truth = task_of_row(GOOD_ROW, "MathEnv.reset options")
+    assert messages == [{"role": "user", "content": "What is 2 + 2?"}] and ground_truth == "4"
+    messages[0]["content"] = "changed"
+    assert GOOD_ROW["prompt"][0]["content"] == "What is 2 + 2?"
+
+
+@pytest.mark.parametrize(
+    ("row", "problem"),
+    [
+        (
+            with_changes(prompt=[]),
+            "MathEnv.reset options must be a dataset row whose 'prompt' is a non-empty list",
+        ),
+        (with_changes(prompt="DROP"), "whose 'prompt' is .* got NoneType"),
+        (
+            with_changes(reward_model={"style": "rule"}),
+            "with 'reward_model': {'ground_truth': ...}, got reward_model=",
+        ),
+        (["not", "a", "row"], "whose 'prompt' is .* got NoneType"),
+    ],
+)
+def test_a_row_an_env_cannot_read_names_the_env_and_the_column(row, problem):
+    with pytest.raises(ValueError, match=problem):
+        task_of_row(row, "MathEnv.reset options")
