@@ -6,7 +6,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 RANK_SCRIPT = """
-import atexit, os, sys
+import atexit, io, os, sys
 from pathlib import Path
 import torch
 import torch.distributed as dist
@@ -18,7 +18,9 @@ dist.all_reduce(total)
 rank = dist.get_rank()
 out = Path(sys.argv[1])
 atexit.register(lambda: (out / f"atexit_{rank}").write_text(str(int(total.item()))))
-print(f"rank {rank} done")  # block-buffered: a pipe
+# torchrun starts ranks unbuffered: buffer stdout, so that only a flush writes the line
+sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)))
+print(f"rank {rank} done")
 exit_rank(int(sys.argv[2]))
 """
 
