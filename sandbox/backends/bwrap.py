@@ -11,18 +11,15 @@ emptied before every run) and a host-side wall clock that kills the jail's whole
 Per run, the host forks once and execs bwrap: rlimits and joining the cgroup happen in the
 forked child before bwrap starts. PID 1 of the jail is our init (sandbox.backends.jail_init),
 which reports the program's real wait status; its absence, with bwrap's own status pipe, tells
-a jail that never started (our failure) from one the host killed.
+a jail that never started (our failure) from one the host killed. The command line is
+`bwrap_command`'s, the limits `rlimits`' and the status pipes `jail_status`'.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import functools
-import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -32,17 +29,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sandbox.backends.base import Limits, ProcessResult, SandboxFailure
+from sandbox.backends.bwrap_command import JailFds, JailPaths, bwrap_argv
 from sandbox.backends.cgroups import CgroupRun, SessionCgroup
-from sandbox.backends.jail_init import JAIL_INIT_PATH, build_jail_init
+from sandbox.backends.jail_init import build_jail_init
+from sandbox.backends.jail_status import InitStatus, JailStatus
 from sandbox.backends.process import collect_process, kill_group
+from sandbox.backends.rlimits import jail_preexec, rlimits
 from sandbox.backends.seccomp_filter import bwrap_filter
 from sandbox.backends.tree import file_sizes, remove_tree
 from sandbox.backends.uids import UidPool
 
-STATUS_FD_ENV = "SANDBOX_STATUS_FD"  # as sandbox/harness.py reads it
-# Just enough of /etc for the dynamic linker, locale-free Python and g++; never shadow, passwd, hosts.
-ETC_FILES = ("ld.so.cache", "ld.so.conf", "alternatives")
-JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
 EXTRA_PROCESSES = 4  # bwrap's supervisor, our init and slack
 # Memory of the jail's own processes (bwrap's supervisor, our init; the harness's parent for
 # call and assert tests) on top of the program's limit, all in one cgroup with the program.
@@ -53,223 +49,6 @@ JAIL_OVERHEAD_MB = 24
 NPROC_BACKSTOP = 1024
 SETUP_ATTEMPTS = 5
 SETUP_RETRY_S = 0.05
-PRLIMIT_OPTIONS = {
-    resource.RLIMIT_CPU: "cpu", resource.RLIMIT_AS: "as", resource.RLIMIT_FSIZE: "fsize",
-    resource.RLIMIT_NPROC: "nproc", resource.RLIMIT_NOFILE: "nofile", resource.RLIMIT_CORE: "core",
-}  # fmt: skip
-
-
-@functools.cache
-def root_mounts() -> tuple[str, ...]:
-    """Read-only binds of the host's system dirs (as they are on this host; looked up once)."""
-    mounts = ["--ro-bind", "/usr", "/usr"]
-    for name in ("bin", "lib", "lib64", "lib32", "sbin"):
-        path = Path("/") / name
-        if path.is_symlink():
-            mounts += ["--symlink", os.readlink(path), f"/{name}"]
-        elif path.is_dir():
-            mounts += ["--ro-bind", str(path), f"/{name}"]
-    for name in ETC_FILES:
-        if (Path("/etc") / name).exists():
-            mounts += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-    return tuple(mounts)
-
-
-@dataclasses.dataclass(frozen=True)
-class JailPaths:
-    """Host paths that one jail uses: its writable dirs, our init binary and the seccomp filter."""
-
-    work_dir: Path  # mounted at /work
-    tmp_dir: Path  # mounted at /tmp; on the host, so that the host can measure what was written
-    init: Path
-    seccomp_filter: Path  # BPF exported by libseccomp (sandbox.backends.seccomp_filter)
-
-
-def bwrap_argv(
-    bwrap: str,
-    paths: JailPaths,
-    uid: int,
-    argv: list[str],
-    fds: JailFds,
-    judge_process: bool = False,
-) -> list[str]:
-    """The bwrap command line that runs `argv` in /work of a fresh jail under our init.
-
-    bwrap reports the jail's set-up to `fds.status`; the init reports the program's wait status
-    to `fds.init_status`. A judge process (`judge_process`) is the init itself: no process of
-    the namespace can signal the init, and it reports the wait status of the program it runs
-    to the same fd, named in its environment.
-    """
-    if judge_process:
-        init_argv = ["--setenv", STATUS_FD_ENV, str(fds.init_status), "--", *argv]
-    else:
-        init_argv = ["--", JAIL_INIT_PATH, str(fds.init_status), *argv]
-    return [
-        bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--as-pid-1",
-        "--uid", str(uid), "--gid", str(uid), "--cap-drop", "ALL", "--disable-userns",
-        "--json-status-fd", str(fds.status), "--seccomp", str(fds.seccomp),
-        *root_mounts(),
-        "--proc", "/proc", "--dev", "/dev", "--bind", str(paths.tmp_dir), "/tmp",
-        "--bind", str(paths.work_dir), "/work", "--ro-bind", str(paths.init), JAIL_INIT_PATH,
-        "--remount-ro", "/", "--chdir", "/work",
-        "--clearenv", "--setenv", "PATH", JAIL_PATH, "--setenv", "HOME", "/work",
-        "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONIOENCODING", "utf-8",
-        *init_argv,
-    ]  # fmt: skip
-
-
-@dataclasses.dataclass(frozen=True)
-class JailFds:
-    """The host's file descriptors that bwrap and the jail's init receive for one run."""
-
-    status: int  # bwrap's JSON status (write end)
-    init_status: int  # the program's wait status (write end)
-    seccomp: int  # the BPF filter, read by bwrap before it starts the init
-
-
-def rlimits(limits: Limits, max_processes: int, address_space: bool = True) -> dict[int, tuple[int, int]]:
-    """(soft, hard) per resource: the soft CPU limit raises SIGXCPU, the hard one a second later SIGKILL.
-
-    `address_space`: limit each process's address space to the memory limit, the fallback where
-    no cgroup holds the run's memory (an allocation then fails inside the program, which we
-    cannot tell apart from any other error: RE, not MLE).
-    """
-    cpu = max(1, int(limits.cpu_time_s + 0.999))
-    memory = limits.memory_mb << 20 if address_space else resource.RLIM_INFINITY
-    file_size = limits.max_file_size_mb << 20
-    return {
-        resource.RLIMIT_CPU: (cpu, cpu + 1),
-        resource.RLIMIT_AS: (memory, memory),
-        resource.RLIMIT_FSIZE: (file_size, file_size),
-        resource.RLIMIT_NPROC: (max_processes, max_processes),
-        resource.RLIMIT_NOFILE: (256, 256),
-        resource.RLIMIT_CORE: (0, 0),
-    }
-
-
-def rlimit_argv(limits: Limits, max_processes: int) -> list[str]:
-    """The same rlimits as a prlimit command prefix (for backends that cannot set them in the child)."""
-    options = [
-        f"--{PRLIMIT_OPTIONS[resource_id]}={soft}:{hard}"
-        for resource_id, (soft, hard) in rlimits(limits, max_processes).items()
-    ]
-    return ["prlimit", *options, "--"]
-
-
-def jail_preexec(limits: dict[int, tuple[int, int]], procs_files: list[str]) -> Callable[[], None]:
-    """What the forked child does (already as the jail uid) before it execs bwrap: join the cgroup, set rlimits.
-
-    It runs between fork and exec, so it only makes system calls: no imports, no locks.
-    """
-    setrlimit, getpid, open_, write, close = resource.setrlimit, os.getpid, os.open, os.write, os.close
-
-    def preexec() -> None:
-        pid = b"%d" % getpid()
-        for path in procs_files:  # before anything of the jail exists
-            fd = open_(path, os.O_WRONLY)
-            try:
-                write(fd, pid)
-            finally:
-                close(fd)
-        for resource_id, values in limits.items():
-            setrlimit(resource_id, values)
-
-    return preexec
-
-
-class JailStatus:
-    """bwrap's status pipe: the PID namespace's init, and the program's exit code once it was executed.
-
-    bwrap writes the exit code only if it executed the program, so its absence proves that the
-    program never ran and that whatever failed (and is on stderr) was bwrap's setup. The program
-    cannot write here: bwrap closes the pipe in the jail.
-    """
-
-    def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe()
-        os.set_blocking(self.read_fd, False)
-        self._data = bytearray()
-
-    def close_write(self) -> None:
-        if self.write_fd >= 0:
-            os.close(self.write_fd)
-            self.write_fd = -1
-
-    def close(self) -> None:
-        self.close_write()
-        os.close(self.read_fd)
-
-    def drain(self) -> None:
-        with contextlib.suppress(BlockingIOError):
-            while chunk := os.read(self.read_fd, 4096):
-                self._data += chunk
-
-    def _field(self, name: str) -> int | None:
-        self.drain()
-        for line in bytes(self._data).splitlines():
-            with contextlib.suppress(ValueError):
-                report = json.loads(line)
-                if isinstance(report, dict) and isinstance(report.get(name), int):
-                    return report[name]
-        return None
-
-    @property
-    def exit_code(self) -> int | None:
-        return self._field("exit-code")
-
-    def kill_namespace(self, supervisor_pid: int) -> bool:
-        """SIGKILL the jail's PID namespace init (the kernel then kills all of the namespace).
-
-        bwrap's supervisor outlives it and reports the exit code, so the run still proves that
-        its jail was set up. The init is checked to be the supervisor's child through a pidfd,
-        so a recycled pid is never signalled.
-        """
-        pid = self._field("child-pid")
-        if pid is None:
-            return False
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
-            return False
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                parent = int(stat.read().rpartition(")")[2].split()[1])
-            if parent != supervisor_pid:
-                return False
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            return True
-        except (OSError, ValueError, IndexError):
-            return False
-        finally:
-            os.close(pidfd)
-
-
-class InitStatus:
-    """The pipe on which our jail init reports the program's raw wait status (see jail_init.py)."""
-
-    def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe()
-        os.set_blocking(self.read_fd, False)
-
-    def close_write(self) -> None:
-        if self.write_fd >= 0:
-            os.close(self.write_fd)
-            self.write_fd = -1
-
-    def close(self) -> None:
-        self.close_write()
-        os.close(self.read_fd)
-
-    def wait_status(self) -> int | None:
-        """The status, once the jail is over; None if the init never reported (it was killed)."""
-        try:
-            text = os.read(self.read_fd, 64)
-        except BlockingIOError:
-            return None
-        try:
-            return int(text)
-        except ValueError:
-            return None
 
 
 def any_file_at_least(directories: tuple[Path, ...], size: int) -> bool:

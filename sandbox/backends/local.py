@@ -14,8 +14,9 @@ import tempfile
 from pathlib import Path
 
 from sandbox.backends.base import Limits, ProcessResult, SandboxFailure
-from sandbox.backends.bwrap import EXTRA_PROCESSES, rlimit_argv
+from sandbox.backends.bwrap import EXTRA_PROCESSES
 from sandbox.backends.process import collect_process
+from sandbox.backends.rlimits import rlimit_argv
 
 # The judge becomes the init of a user and PID namespace of its own (--fork: `python3` may be a
 # launcher script that forks before it execs the interpreter), which its children cannot signal.

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from sandbox.backends.base import Limits, SandboxFailure
-from sandbox.backends.bwrap import BwrapBackend, rlimit_argv, rlimits
+from sandbox.backends.bwrap import BwrapBackend
+from sandbox.backends.rlimits import rlimit_argv, rlimits
 from sandbox.backends.uids import UidPool
 from sandbox.executor import Executor
 from sandbox.types import Language, RunLimits, RunRequest, Verdict
