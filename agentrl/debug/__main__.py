@@ -15,7 +15,6 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
-from transformers import AutoTokenizer
 
 from agentrl.check_template.__main__ import stop_token_ids
 from agentrl.check_template.checks import template_facts
@@ -30,6 +29,7 @@ from agentrl.trainer.components import (
     DTYPES,
     build_env_factory,
     load_task_data,
+    load_tokenizer,
     resolve_device,
     resolve_model_path,
 )
@@ -71,7 +71,7 @@ def build_setup(config: Config, row: int | None, seed: int) -> EpisodeSetup:
     if not 0 <= index < len(rows):
         raise ValueError(f"--row {index} is out of range: the training data has {len(rows)} rows")
     model_path = resolve_model_path(config.model.path)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = load_tokenizer(model_path)
     template = ChatTemplate(tokenizer)
     engine = TransformersEngine.from_pretrained(
         model_path, device=resolve_device(config.engine.device), dtype=DTYPES[config.model.dtype], seed=seed

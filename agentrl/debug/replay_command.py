@@ -7,14 +7,13 @@ import json
 from pathlib import Path
 
 from rich.console import Console
-from transformers import AutoTokenizer
 
 from agentrl.config import Config
 from agentrl.debug import display
 from agentrl.debug.replay import rerender_differences
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.rollout.trajectory import Trajectory
-from agentrl.trainer.components import build_env_factory, load_task_data, resolve_model_path
+from agentrl.trainer.components import build_env_factory, load_task_data, load_tokenizer, resolve_model_path
 
 
 def read_record(path: Path, index: int) -> Trajectory:
@@ -41,7 +40,7 @@ def opening_messages(config: Config, dump: Path, group_id: int) -> tuple[list[di
 def replay(dump: Path, index: int, config: Config, console: Console) -> int:
     """Show the recorded turns, then every token a re-render does not reproduce; 1 if any differ."""
     trajectory = read_record(dump, index)
-    template = ChatTemplate(AutoTokenizer.from_pretrained(resolve_model_path(config.model.path)))
+    template = ChatTemplate(load_tokenizer(resolve_model_path(config.model.path)))
     opening, tools = opening_messages(config, dump, trajectory.group_id)
     console.print(f"replay {dump} line {index}: group {trajectory.group_id}, {len(trajectory.turns)} turns")
     console.print(display.messages_view(opening))

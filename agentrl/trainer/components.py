@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 import transformers
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from agentrl.config import Config
 from agentrl.data import generated_rows, load_rows
@@ -38,7 +38,39 @@ class TaskData:
 
 
 def resolve_model_path(path: str) -> str:
-    return str(DEFAULT_MODEL_PATH) if path == "tiny" else path
+    """`model.path` as transformers loads it: "tiny" is the bundled policy; a local path must hold a saved model.
+
+    A hub id (`org/name`) passes through: transformers resolves it from the hub or its cache.
+    """
+    if path == "tiny":
+        return str(DEFAULT_MODEL_PATH)
+    local = Path(path).expanduser()
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise ValueError(
+                f"model.path={path}: the directory has no config.json; point it at a model saved with "
+                "save_pretrained (a run's hf_model/, for one)"
+            )
+        return str(local)
+    if local.exists() or path.startswith(("/", ".", "~")) or path.count("/") > 1:
+        raise ValueError(
+            f"model.path={path}: no such model directory; give a directory saved with save_pretrained, "
+            "a hub id such as Qwen/Qwen2.5-0.5B-Instruct, or tiny (the bundled policy)"
+        )
+    return path
+
+
+def load_tokenizer(model_path: str) -> PreTrainedTokenizerBase:
+    """The tokenizer at `model_path` (`resolve_model_path`'s); a model that cannot be reached is a ValueError."""
+    try:
+        return AutoTokenizer.from_pretrained(model_path)
+    except OSError as error:  # transformers' error for a hub id it cannot fetch or find cached
+        reason = str(error).splitlines()[0]
+        raise ValueError(
+            f"model.path={model_path}: its tokenizer could not be loaded ({reason}); a hub id needs the "
+            "hub, or the model already in the local cache, and a local model a directory saved with "
+            "save_pretrained"
+        ) from None
 
 
 def resolve_device(device: str) -> str:
@@ -108,7 +140,7 @@ def build_trainer(config: Config, run_dir: Path, engine: InferenceEngine | None 
         print(data.note, flush=True)
     model_path = resolve_model_path(config.model.path)
     dtype = DTYPES[config.model.dtype]
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = load_tokenizer(model_path)
     engine = engine or build_engine(
         config.model,
         config.engine,
