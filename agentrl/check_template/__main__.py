@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from transformers import AutoTokenizer, GenerationConfig
+from transformers import GenerationConfig
 
 from agentrl.check_template.checks import CheckedEpisode, TemplateReport, check_template
 from agentrl.check_template.conversations import conversations
+from agentrl.model_path import load_tokenizer, resolve_model_path
 from agentrl.rollout.chat_template import ChatTemplate
-from agentrl.tiny_policy import DEFAULT_MODEL_PATH
 
 
 def stop_token_ids(model_path: str, tokenizer) -> set[int]:
@@ -77,13 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tools", action="store_true", help="also check tool calls and tool results")
     args = parser.parse_args(argv)
-    model_path = str(DEFAULT_MODEL_PATH) if args.model_path == "tiny" else args.model_path
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        model_path = resolve_model_path(args.model_path, setting="model_path")
+        tokenizer = load_tokenizer(model_path, setting="model_path")
         template = ChatTemplate(tokenizer)
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:
         print(
-            f"error: cannot load a tokenizer with a chat template from {model_path!r}: {exc}", file=sys.stderr
+            f"error: cannot load a tokenizer with a chat template from {args.model_path!r}: {exc}",
+            file=sys.stderr,
         )
         return 2
     report = check_template(template, stop_token_ids(model_path, tokenizer), conversations(args.tools))

@@ -11,12 +11,17 @@ from rich.console import Console
 from agentrl.config import Config
 from agentrl.debug import display
 from agentrl.debug.replay import rerender_differences
+from agentrl.model_path import load_tokenizer, resolve_model_path
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.rollout.trajectory import Trajectory
-from agentrl.trainer.components import build_env_factory, load_task_data, load_tokenizer, resolve_model_path
+from agentrl.trainer.components import build_env_factory, load_task_data
 
 
 def read_record(path: Path, index: int) -> Trajectory:
+    if not path.is_file():
+        raise ValueError(
+            f"--replay {path}: no such file; give a run's rollouts/step_N.jsonl or val_step_N.jsonl"
+        )
     lines = [line for line in path.read_text().splitlines() if line.strip()]
     if not 0 <= index < len(lines):
         raise ValueError(f"--index {index} is out of range: {path} holds {len(lines)} trajectories")

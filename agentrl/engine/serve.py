@@ -14,15 +14,15 @@ import argparse
 import asyncio
 import ipaddress
 import signal
+import sys
 
 import torch
 from aiohttp import web
-from transformers import AutoTokenizer
 
 from agentrl.engine.http_server import ServedEngine, build_app
 from agentrl.engine.model_setup import resolve_dtype
 from agentrl.engine.transformers_engine import TransformersEngine
-from agentrl.tiny_policy import DEFAULT_MODEL_PATH
+from agentrl.model_path import load_tokenizer, resolve_model_path
 
 LISTENING = "agentrl.engine.serve listening on"
 
@@ -64,10 +64,10 @@ def is_loopback(host: str) -> bool:
 
 async def serve(args: argparse.Namespace) -> None:
     """Load the engine, serve until SIGINT/SIGTERM, then close the engine."""
-    model_path = str(DEFAULT_MODEL_PATH) if args.model == "tiny" else args.model
+    model_path = resolve_model_path(args.model, setting="--model")
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     dtype = resolve_dtype(args.dtype)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = load_tokenizer(model_path, setting="--model")
     engine = TransformersEngine.from_pretrained(
         model_path,
         device=device,
@@ -97,9 +97,14 @@ async def serve(args: argparse.Namespace) -> None:
         await engine.close()
 
 
-def main(argv: list[str] | None = None) -> None:
-    asyncio.run(serve(parse_args(argv)))
+def main(argv: list[str] | None = None) -> int:
+    try:
+        asyncio.run(serve(parse_args(argv)))
+    except ValueError as error:  # a model that cannot load
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -62,7 +62,7 @@ def balanced_engine(
     """Rank `rank`'s client of every engine server; rank 0 is the one that loads new weights."""
     from agentrl.engine.balanced_client import BalancedEngine
     from agentrl.engine.sglang_client import SGLangEngine
-    from agentrl.trainer.components import resolve_model_path
+    from agentrl.model_path import resolve_model_path
 
     model_path = resolve_model_path(config.model.path)
     defaults = EngineConfig(backend="sglang", url=engine_urls[0])
@@ -96,20 +96,18 @@ class EngineServer:
     async def start(self, config: Config, api_key: str) -> str:
         """Load the policy the run starts from and serve it; the URL workers reach it at."""
         from aiohttp import web
-        from transformers import AutoTokenizer
 
         from agentrl.engine.http_server import ServedEngine, build_app
         from agentrl.engine.transformers_engine import TransformersEngine
-        from agentrl.trainer.components import DTYPES, resolve_device, resolve_model_path
+        from agentrl.model_path import load_tokenizer, resolve_model_path
+        from agentrl.trainer.components import DTYPES, resolve_device
 
         model_path, dtype = resolve_model_path(config.model.path), DTYPES[config.model.dtype]
         self.engine = TransformersEngine.from_pretrained(
             model_path, device=resolve_device(config.engine.device), dtype=dtype,
             max_batch_size=config.engine.max_batch_size, seed=config.trainer.seed,
         )  # fmt: skip
-        served = ServedEngine(
-            self.engine, AutoTokenizer.from_pretrained(model_path), model_path, dtype, api_key=api_key
-        )
+        served = ServedEngine(self.engine, load_tokenizer(model_path), model_path, dtype, api_key=api_key)
         self.runner = web.AppRunner(build_app(served), access_log=None)
         await self.runner.setup()
         host = ray.util.get_node_ip_address()  # reachable from workers on other nodes

@@ -11,16 +11,15 @@ from typing import Any
 
 import torch
 import transformers
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from agentrl.config import Config
 from agentrl.data import generated_rows, load_rows
 from agentrl.engine.factory import build_engine
 from agentrl.engine.protocol import InferenceEngine
 from agentrl.env.registry import make
+from agentrl.model_path import load_tokenizer, resolve_model_path
 from agentrl.rewards.apply import RewardFunctions
 from agentrl.rollout.chat_template import ChatTemplate
-from agentrl.tiny_policy import DEFAULT_MODEL_PATH
 from agentrl.trainer.data_order import StepSampler
 from agentrl.trainer.loop import Trainer, TrainerParts
 from agentrl.trainer.policy_worker import PolicyWorker
@@ -35,42 +34,6 @@ class TaskData:
     train_rows: list[dict[str, Any]]
     val_rows: list[dict[str, Any]]
     note: str | None = None  # how the held-out rows were chosen, when the user should know
-
-
-def resolve_model_path(path: str) -> str:
-    """`model.path` as transformers loads it: "tiny" is the bundled policy; a local path must hold a saved model.
-
-    A hub id (`org/name`) passes through: transformers resolves it from the hub or its cache.
-    """
-    if path == "tiny":
-        return str(DEFAULT_MODEL_PATH)
-    local = Path(path).expanduser()
-    if local.is_dir():
-        if not (local / "config.json").is_file():
-            raise ValueError(
-                f"model.path={path}: the directory has no config.json; point it at a model saved with "
-                "save_pretrained (a run's hf_model/, for one)"
-            )
-        return str(local)
-    if local.exists() or path.startswith(("/", ".", "~")) or path.count("/") > 1:
-        raise ValueError(
-            f"model.path={path}: no such model directory; give a directory saved with save_pretrained, "
-            "a hub id such as Qwen/Qwen2.5-0.5B-Instruct, or tiny (the bundled policy)"
-        )
-    return path
-
-
-def load_tokenizer(model_path: str) -> PreTrainedTokenizerBase:
-    """The tokenizer at `model_path` (`resolve_model_path`'s); a model that cannot be reached is a ValueError."""
-    try:
-        return AutoTokenizer.from_pretrained(model_path)
-    except OSError as error:  # transformers' error for a hub id it cannot fetch or find cached
-        reason = str(error).splitlines()[0]
-        raise ValueError(
-            f"model.path={model_path}: its tokenizer could not be loaded ({reason}); a hub id needs the "
-            "hub, or the model already in the local cache, and a local model a directory saved with "
-            "save_pretrained"
-        ) from None
 
 
 def resolve_device(device: str) -> str:

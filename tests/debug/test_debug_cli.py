@@ -107,3 +107,12 @@ def test_a_row_outside_the_data_exits_2_with_the_number_of_rows(capsys):
 def test_config_typos_fail_before_anything_loads(capsys, args):
     assert main(args) == 2
     assert "did you mean 'actor.clip_ratio_high'" in capsys.readouterr().err
+
+
+def test_replaying_a_file_that_does_not_exist_is_an_error_naming_it(capsys, tmp_path):
+    missing = tmp_path / "step_5.jsonl"
+    assert main(["--replay", str(missing), "--index", "0"]) == 2
+    assert (
+        f"error: --replay {missing}: no such file; give a run's rollouts/step_N.jsonl"
+        in capsys.readouterr().err
+    )

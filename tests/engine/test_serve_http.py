@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 
 from agentrl.engine.http_server import ServedEngine, build_app
 from agentrl.engine.protocol import SamplingParams
-from agentrl.engine.serve import is_loopback
+from agentrl.engine.serve import is_loopback, main
 from agentrl.engine.sglang_client import SGLangEngine
 from agentrl.engine.sglang_protocol import EngineRequestError
 from agentrl.engine.transformers_engine import TransformersEngine
@@ -194,3 +194,11 @@ def test_loopback_hosts_are_recognised_and_others_are_not() -> None:
     assert [is_loopback(h) for h in ["127.0.0.1", "::1", "localhost", "0.0.0.0", "10.0.0.2", "example.org"]] == [
         True, True, True, False, False, False,
     ]  # fmt: skip
+
+
+def test_the_serve_command_names_a_model_path_it_cannot_load_and_exits_2(capsys) -> None:
+    assert main(["--model", "/no/such/model", "--device", "cpu", "--port", "0"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --model=/no/such/model: no such model directory; give a directory saved with "
+        "save_pretrained, a hub id such as Qwen/Qwen2.5-0.5B-Instruct, or tiny (the bundled policy)\n"
+    )

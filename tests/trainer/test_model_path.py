@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from agentrl.model_path import load_tokenizer, resolve_model_path
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
-from agentrl.trainer.components import load_tokenizer, resolve_model_path
 
 
 def test_tiny_is_the_bundled_policy_and_a_saved_model_directory_or_hub_id_passes_through(tmp_path):
     assert resolve_model_path("tiny") == str(DEFAULT_MODEL_PATH)
-    (tmp_path / "config.json").write_text("{}")
-    assert resolve_model_path(str(tmp_path)) == str(tmp_path)
+    for saved in ("config.json", "tokenizer_config.json"):  # a model, or a tokenizer alone
+        directory = tmp_path / saved.removesuffix(".json")
+        directory.mkdir()
+        (directory / saved).write_text("{}")
+        assert resolve_model_path(str(directory)) == str(directory)
     assert resolve_model_path("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
 
 
@@ -29,7 +32,7 @@ def test_a_local_path_that_does_not_exist_is_named_with_what_to_give_instead(pat
 
 
 def test_a_directory_without_a_saved_model_says_it_has_no_config(tmp_path):
-    with pytest.raises(ValueError, match="the directory has no config.json; point it at a model saved"):
+    with pytest.raises(ValueError, match="holds neither config.json nor tokenizer_config.json; point it at"):
         resolve_model_path(str(tmp_path))
     (tmp_path / "weights.bin").write_bytes(b"")
     with pytest.raises(ValueError, match="no such model directory"):
