@@ -36,6 +36,8 @@ def build_request(args: argparse.Namespace) -> RunRequest:
     if not args.program.is_file():
         raise ValueError(f"program file {str(args.program)!r} does not exist")
     language = Language(args.language) if args.language else language_from_path(args.program.name)
+    if args.stdin is not None and not args.stdin.is_file():
+        raise ValueError(f"stdin file {str(args.stdin)!r} does not exist")
     stdin = args.stdin.read_text() if args.stdin else ""
     limits = RunLimits(time_s=args.timeout, memory_mb=args.memory_mb)
     return RunRequest(language=language, code=args.program.read_text(), stdin=stdin, limits=limits)

@@ -43,6 +43,17 @@ def test_run_names_an_unknown_extension(tmp_path: Path, capsys: pytest.CaptureFi
     assert "cannot infer the language of 'main.rb'" in capsys.readouterr().err
 
 
+def test_run_names_a_stdin_file_that_does_not_exist(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = tmp_path / "main.py"
+    program.write_text("print(input())")
+    with pytest.raises(SystemExit) as exited:
+        sandbox_run.main([str(program), "--stdin", str(tmp_path / "input.txt"), "--backend", "bwrap"])
+    assert exited.value.code == 2
+    assert f"stdin file '{tmp_path / 'input.txt'}' does not exist" in capsys.readouterr().err
+
+
 @pytest.fixture
 def samples(tmp_path: Path) -> Path:
     shutil.copy(DATA / "humaneval_samples.jsonl", tmp_path / "samples.jsonl")
