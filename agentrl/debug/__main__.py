@@ -68,7 +68,10 @@ def build_setup(config: Config, row: int | None, seed: int) -> EpisodeSetup:
     tokenizer = load_tokenizer(model_path)
     template = ChatTemplate(tokenizer)
     engine = TransformersEngine.from_pretrained(
-        model_path, device=resolve_device(config.engine.device), dtype=DTYPES[config.model.dtype], seed=seed
+        model_path,
+        device=resolve_device(config.engine.device, "engine.device"),
+        dtype=DTYPES[config.model.dtype],
+        seed=seed,
     )
     facts, _ = template_facts(template, stop_token_ids(model_path, tokenizer))
     return EpisodeSetup(

@@ -104,7 +104,7 @@ class EngineServer:
 
         model_path, dtype = resolve_model_path(config.model.path), DTYPES[config.model.dtype]
         self.engine = TransformersEngine.from_pretrained(
-            model_path, device=resolve_device(config.engine.device), dtype=dtype,
+            model_path, device=resolve_device(config.engine.device, "engine.device"), dtype=dtype,
             max_batch_size=config.engine.max_batch_size, seed=config.trainer.seed,
         )  # fmt: skip
         served = ServedEngine(self.engine, load_tokenizer(model_path), model_path, dtype, api_key=api_key)

@@ -36,8 +36,13 @@ class TaskData:
     note: str | None = None  # how the held-out rows were chosen, when the user should know
 
 
-def resolve_device(device: str) -> str:
-    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+def resolve_device(device: str, setting: str) -> str:
+    """ "auto" becomes cuda where CUDA is available, else cpu; `setting` (e.g. engine.device) names it in errors."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{setting}=cuda but CUDA is not available here; set {setting}=cpu (or auto)")
+    return device
 
 
 def load_task_data(config: Config) -> TaskData:
@@ -108,13 +113,13 @@ def build_trainer(config: Config, run_dir: Path, engine: InferenceEngine | None 
         config.model,
         config.engine,
         model_path=model_path,
-        device=resolve_device(config.engine.device),
+        device=resolve_device(config.engine.device, "engine.device"),
         dtype=dtype,
         seed=config.trainer.seed,
     )
     worker_kwargs = {
         "actor": config.actor,
-        "device": resolve_device(config.trainer.device),
+        "device": resolve_device(config.trainer.device, "trainer.device"),
         "dtype": dtype,
         "temperature": config.rollout.temperature,
     }
