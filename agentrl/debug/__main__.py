@@ -23,10 +23,11 @@ from agentrl.config_loader import ConfigError, load_config
 from agentrl.debug.commands import COMMANDS, Quit, run_command, show_all
 from agentrl.debug.replay_command import replay
 from agentrl.debug.session import DebugSession, EpisodeSetup
+from agentrl.devices import resolve_device
 from agentrl.engine.transformers_engine import TransformersEngine
 from agentrl.model_path import load_tokenizer, resolve_model_path
 from agentrl.rollout.chat_template import ChatTemplate
-from agentrl.trainer.components import DTYPES, build_env_factory, load_task_data, resolve_device
+from agentrl.trainer.components import DTYPES, build_env_factory, load_task_data
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:

@@ -16,9 +16,9 @@ import ipaddress
 import signal
 import sys
 
-import torch
 from aiohttp import web
 
+from agentrl.devices import resolve_device
 from agentrl.engine.http_server import ServedEngine, build_app
 from agentrl.engine.model_setup import resolve_dtype
 from agentrl.engine.transformers_engine import TransformersEngine
@@ -65,7 +65,7 @@ def is_loopback(host: str) -> bool:
 async def serve(args: argparse.Namespace) -> None:
     """Load the engine, serve until SIGINT/SIGTERM, then close the engine."""
     model_path = resolve_model_path(args.model, setting="--model")
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    device = resolve_device(args.device, setting="--device")
     dtype = resolve_dtype(args.dtype)
     tokenizer = load_tokenizer(model_path, setting="--model")
     engine = TransformersEngine.from_pretrained(

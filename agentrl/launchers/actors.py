@@ -97,10 +97,11 @@ class EngineServer:
         """Load the policy the run starts from and serve it; the URL workers reach it at."""
         from aiohttp import web
 
+        from agentrl.devices import resolve_device
         from agentrl.engine.http_server import ServedEngine, build_app
         from agentrl.engine.transformers_engine import TransformersEngine
         from agentrl.model_path import load_tokenizer, resolve_model_path
-        from agentrl.trainer.components import DTYPES, resolve_device
+        from agentrl.trainer.components import DTYPES
 
         model_path, dtype = resolve_model_path(config.model.path), DTYPES[config.model.dtype]
         self.engine = TransformersEngine.from_pretrained(

@@ -14,6 +14,7 @@ import transformers
 
 from agentrl.config import Config
 from agentrl.data import generated_rows, load_rows
+from agentrl.devices import resolve_device
 from agentrl.engine.factory import build_engine
 from agentrl.engine.protocol import InferenceEngine
 from agentrl.env.registry import make
@@ -34,15 +35,6 @@ class TaskData:
     train_rows: list[dict[str, Any]]
     val_rows: list[dict[str, Any]]
     note: str | None = None  # how the held-out rows were chosen, when the user should know
-
-
-def resolve_device(device: str, setting: str) -> str:
-    """ "auto" becomes cuda where CUDA is available, else cpu; `setting` (e.g. engine.device) names it in errors."""
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{setting}=cuda but CUDA is not available here; set {setting}=cpu (or auto)")
-    return device
 
 
 def load_task_data(config: Config) -> TaskData:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentrl.trainer.components import resolve_device
+from agentrl.devices import resolve_device
 
 
 def test_auto_is_cuda_where_cuda_is_available_and_cpu_elsewhere(monkeypatch):
