@@ -12,18 +12,12 @@ import os
 import signal
 
 
-class JailStatus:
-    """bwrap's status pipe: the PID namespace's init, and the program's exit code once it was executed.
-
-    bwrap writes the exit code only if it executed the program, so its absence proves that the
-    program never ran and that whatever failed (and is on stderr) was bwrap's setup. The program
-    cannot write here: bwrap closes the pipe in the jail.
-    """
+class StatusPipe:
+    """A pipe whose write end goes to the jail and whose read end the host reads without blocking."""
 
     def __init__(self) -> None:
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.read_fd, False)
-        self._data = bytearray()
 
     def close_write(self) -> None:
         if self.write_fd >= 0:
@@ -33,6 +27,19 @@ class JailStatus:
     def close(self) -> None:
         self.close_write()
         os.close(self.read_fd)
+
+
+class JailStatus(StatusPipe):
+    """bwrap's status pipe: the PID namespace's init, and the program's exit code once it was executed.
+
+    bwrap writes the exit code only if it executed the program, so its absence proves that the
+    program never ran and that whatever failed (and is on stderr) was bwrap's setup. The program
+    cannot write here: bwrap closes the pipe in the jail.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._data = bytearray()
 
     def drain(self) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -79,21 +86,8 @@ class JailStatus:
             os.close(pidfd)
 
 
-class InitStatus:
+class InitStatus(StatusPipe):
     """The pipe on which our jail init reports the program's raw wait status (see jail_init.py)."""
-
-    def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe()
-        os.set_blocking(self.read_fd, False)
-
-    def close_write(self) -> None:
-        if self.write_fd >= 0:
-            os.close(self.write_fd)
-            self.write_fd = -1
-
-    def close(self) -> None:
-        self.close_write()
-        os.close(self.read_fd)
 
     def wait_status(self) -> int | None:
         """The status, once the jail is over; None if the init never reported (it was killed)."""
