@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from agentrl.data import task_of_row
 from agentrl.env import Message, StepResult, TextEnv, register
 from envs.math.reward import extract_boxed_answer
 
@@ -62,8 +63,9 @@ class WordArithmeticEnv(TextEnv):
         super().reset(seed=seed)  # seeds self.np_random
         # Without a dataset row, draw a problem from the seeded generator.
         row = options or make_row(random.Random(int(self.np_random.integers(2**31))), 0, "sample")
-        self._answer = int(row["reward_model"]["ground_truth"])
-        return [dict(message) for message in row["prompt"]], {}
+        messages, ground_truth = task_of_row(row, "WordArithmeticEnv.reset options")  # checked, copied
+        self._answer = int(ground_truth)
+        return messages, {}
 
     def step(self, action: str) -> StepResult:
         if self._answer is None:
