@@ -68,7 +68,24 @@ def main(argv: list[str] | None = None) -> int:
     except RunStopped as stopped:
         print(f"error: {stopped}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        if is_main:
+            print(interrupted(run_dir, config.trainer.resume == "auto"), file=sys.stderr)
+        return 130  # the shell's status for a run ended by SIGINT
     return report(run_dir) if is_main else 0
+
+
+def interrupted(run_dir: Path, resumes: bool) -> str:
+    """What an interrupted run left behind, and how to go on from it."""
+    from agentrl.trainer.checkpoint import checkpoint_steps
+
+    steps = checkpoint_steps(run_dir)
+    if not steps:
+        return f"interrupted before the first checkpoint: {run_dir} holds none to resume from"
+    where = f"the checkpoint of step {steps[-1]} in {run_dir / 'checkpoints'}"
+    if not resumes:
+        return f"interrupted; {where} is kept (trainer.resume=auto resumes from it)"
+    return f"interrupted; the same command resumes from {where}"
 
 
 def report(run_dir: Path) -> int:

@@ -16,6 +16,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from agentrl.trainer.checkpoint import checkpoint_steps
+
 pytestmark = pytest.mark.slow  # each test trains in a subprocess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -165,6 +167,26 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_rewards_tokens_and_weight
     reference_weights = AutoModelForCausalLM.from_pretrained(reference / "hf_model").state_dict()
     for name, tensor in reference_weights.items():
         torch.testing.assert_close(resumed_weights[name], tensor, rtol=0, atol=1e-6)
+
+
+def test_ctrl_c_ends_a_run_with_status_130_and_says_which_checkpoint_the_same_command_resumes_from(tmp_path):
+    overrides = ["env=math", "trainer.total_training_steps=50", "trainer.save_freq=1", "trainer.logger=[console]",
+                 "trainer.val_before_train=false", *TINY, f"trainer.run_dir={tmp_path}"]  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentrl.train", *overrides],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_for_checkpoint(tmp_path, process, 1, timeout_s=240)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-3000:]
+    last = checkpoint_steps(tmp_path)[-1]
+    assert stderr.endswith(
+        f"interrupted; the same command resumes from the checkpoint of step {last} in {tmp_path / 'checkpoints'}\n"
+    )
+    assert "Traceback" not in stderr
 
 
 def test_an_unknown_env_id_reads_like_a_config_error(tmp_path):
