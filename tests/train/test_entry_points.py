@@ -172,12 +172,18 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_rewards_tokens_and_weight
 def test_ctrl_c_ends_a_run_with_status_130_and_says_which_checkpoint_the_same_command_resumes_from(tmp_path):
     overrides = ["env=math", "trainer.total_training_steps=50", "trainer.save_freq=1", "trainer.logger=[console]",
                  "trainer.val_before_train=false", *TINY, f"trainer.run_dir={tmp_path}"]  # fmt: skip
-    process = subprocess.Popen(
-        [sys.executable, "-m", "agentrl.train", *overrides],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # A suite started in the background has SIGINT ignored, and a child would inherit that; a
+    # handler (unlike "ignore") is reset to the default when the child starts.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "agentrl.train", *overrides],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     _wait_for_checkpoint(tmp_path, process, 1, timeout_s=240)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
