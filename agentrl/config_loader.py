@@ -118,3 +118,15 @@ def load_config(args: list[str]) -> Config:
 def dump_config(config: Config) -> str:
     """The fully resolved config as YAML."""
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """`key.sub: old -> new` for every setting that differs between two dumped configs."""
+    changes = []
+    for key in dict.fromkeys([*old, *new]):
+        before, after = old.get(key), new.get(key)
+        if isinstance(before, dict) and isinstance(after, dict):
+            changes += config_changes(before, after, f"{prefix}{key}.")
+        elif before != after:
+            changes.append(f"{prefix}{key}: {before!r} -> {after!r}")
+    return changes

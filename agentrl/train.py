@@ -9,7 +9,10 @@ import os
 import sys
 from pathlib import Path
 
-from agentrl.config_loader import ConfigError, dump_config, load_config
+import yaml
+
+from agentrl.config import Config
+from agentrl.config_loader import ConfigError, config_changes, dump_config, load_config
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -52,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     is_main = os.environ.get("RANK", "0") == "0"  # under torchrun, one rank writes the run's records
     if is_main:
-        (run_dir / "config.yaml").write_text(dump_config(config))
+        record_config(run_dir, config)
     if config.trainer.launcher == "ray":  # each Ray policy worker runs the build_trainer(...).fit() below
         from agentrl.launchers.ray_launcher import run_with_ray
 
@@ -73,6 +76,23 @@ def main(argv: list[str] | None = None) -> int:
             print(interrupted(run_dir, config.trainer.resume == "auto"), file=sys.stderr)
         return 130  # the shell's status for a run ended by SIGINT
     return report(run_dir) if is_main else 0
+
+
+def record_config(run_dir: Path, config: Config) -> None:
+    """Write the run's config.yaml; a run resumed with changed settings names them and keeps the old file."""
+    from agentrl.trainer.checkpoint import checkpoint_steps
+
+    path, text = run_dir / "config.yaml", dump_config(config)
+    steps = checkpoint_steps(run_dir) if config.trainer.resume == "auto" else []
+    if steps and path.is_file() and path.read_text() != text:
+        changes = config_changes(yaml.safe_load(path.read_text()), config.model_dump(mode="json"))
+        kept = path.rename(run_dir / f"config.before_step_{steps[-1] + 1}.yaml")
+        print(
+            f"warning: resuming {run_dir} after step {steps[-1]} with changed settings ({'; '.join(changes)}); "
+            f"the earlier config.yaml is kept as {kept.name}",
+            file=sys.stderr,
+        )
+    path.write_text(text)
 
 
 def interrupted(run_dir: Path, resumes: bool) -> str:
