@@ -12,13 +12,15 @@ from pathlib import Path
 import yaml
 
 from agentrl.config import Config
-from agentrl.config_loader import ConfigError, config_changes, dump_config, load_config
+from agentrl.config_loader import ConfigError, config_changes, config_groups, dump_config, load_config
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    presets = "; ".join(f"{group}={'|'.join(names)}" for group, names in sorted(config_groups().items()))
     parser = argparse.ArgumentParser(
         prog="python -m agentrl.train",
         description="Train a policy with GRPO-family RL. Example: python -m agentrl.train env=math rollout.n=8",
+        epilog=f"Presets: {presets}. --print-config lists every key with its resolved value.",
     )
     parser.add_argument(
         "overrides", nargs="*", help="config group presets (env=math) and key=value overrides"

@@ -24,6 +24,15 @@ def test_a_misspelled_key_exits_non_zero_naming_the_closest_valid_key():
     assert "unknown config key 'actor.clip_ratio_hgh'; did you mean 'actor.clip_ratio_high'?" in result.stderr
 
 
+def test_help_lists_every_config_groups_presets():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    assert (
+        "Presets: engine=sglang|transformers; env=code_sandbox|custom|math|tool_calling; model=tiny."
+        in " ".join(result.stdout.split())  # argparse wraps the epilog to the terminal's width
+    )
+
+
 def test_a_wrong_type_names_the_key_and_the_value():
     with pytest.raises(ConfigError, match=r"rollout\.n: Input should be a valid integer.*'many'"):
         load_config(["rollout.n=many"])
