@@ -9,6 +9,7 @@ the closest valid key.
 from __future__ import annotations
 
 import difflib
+import json
 from importlib import resources
 from typing import Any
 
@@ -130,3 +131,17 @@ def config_changes(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -
         elif before != after:
             changes.append(f"{prefix}{key}: {before!r} -> {after!r}")
     return changes
+
+
+def describe_config(config: BaseModel, prefix: str = "") -> list[str]:
+    """`key.sub = value  # description` for every setting of `config`, keys dotted from `prefix`."""
+    values = config.model_dump(mode="json")
+    lines = []
+    for name, field in type(config).model_fields.items():
+        key, value = f"{prefix}{name}", getattr(config, name)
+        if isinstance(value, BaseModel):
+            lines += describe_config(value, f"{key}.")
+        else:
+            comment = f"  # {field.description}" if field.description else ""
+            lines.append(f"{key} = {json.dumps(values[name])}{comment}")
+    return lines

@@ -12,7 +12,14 @@ from pathlib import Path
 import yaml
 
 from agentrl.config import Config
-from agentrl.config_loader import ConfigError, config_changes, config_groups, dump_config, load_config
+from agentrl.config_loader import (
+    ConfigError,
+    config_changes,
+    config_groups,
+    describe_config,
+    dump_config,
+    load_config,
+)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -20,7 +27,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m agentrl.train",
         description="Train a policy with GRPO-family RL. Example: python -m agentrl.train env=math rollout.n=8",
-        epilog=f"Presets: {presets}. --print-config lists every key with its resolved value.",
+        epilog=f"Presets: {presets}. --describe lists every key with its value and meaning.",
     )
     parser.add_argument(
         "overrides", nargs="*", help="config group presets (env=math) and key=value overrides"
@@ -28,7 +35,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--print-config", action="store_true", help="print the fully resolved config and exit"
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--describe", nargs="?", const="", metavar="KEY",
+        help="print each setting whose key starts with KEY (e.g. actor.clip) with its value and meaning, and exit",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.describe and "=" in args.describe:  # `--describe env=code_sandbox`: an override, not a KEY
+        args.overrides.append(args.describe)
+        args.describe = ""
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(dump_config(config), end="")
         return 0
+    if args.describe is not None:
+        return describe(config, args.describe)
     for warning in config.warnings():
         print(f"warning: {warning}", file=sys.stderr)
     # Heavy imports only after the config is known to be valid.
@@ -78,6 +95,18 @@ def main(argv: list[str] | None = None) -> int:
             print(interrupted(run_dir, config.trainer.resume == "auto"), file=sys.stderr)
         return 130  # the shell's status for a run ended by SIGINT
     return report(run_dir) if is_main else 0
+
+
+def describe(config: Config, key: str) -> int:
+    """Print the settings whose key starts with `key` (every one when empty), with values and meanings."""
+    lines = [line for line in describe_config(config) if line.startswith(key)]
+    if not lines:
+        print(
+            f"error: no setting's key starts with {key!r}; --describe alone lists them all", file=sys.stderr
+        )
+        return 2
+    print("\n".join(lines))
+    return 0
 
 
 def record_config(run_dir: Path, config: Config) -> None:

@@ -38,7 +38,7 @@ class ValKwargs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     temperature: float = Field(0.0, ge=0.0, description="0 = greedy")
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling; < 1 truncates the distribution")
     n: int = Field(1, gt=0, description="samples per held-out prompt")
 
     def sampling(self) -> Sampling:

@@ -15,8 +15,10 @@ class TrainerConfig(BaseModel):
     project_name: str = Field("agentrl", description="Weights & Biases project")
     experiment_name: str = Field("run", description="names the run dir runs/<experiment_name>")
     run_dir: str | None = Field(None, description="default: runs/<experiment_name>")
-    total_training_steps: int = Field(20, ge=0)
-    seed: int = 0
+    total_training_steps: int = Field(
+        20, ge=0, description="optimizer steps of the whole run (0: evaluate only)"
+    )
+    seed: int = Field(0, description="seeds data order, sampling and the env's tasks")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="policy workers' device")
     launcher: Literal["local", "ray"] = Field(
         "local",
@@ -28,8 +30,11 @@ class TrainerConfig(BaseModel):
     resume: Literal["auto", "disable"] = Field(
         "auto", description="auto: continue from the run dir's latest checkpoint"
     )
-    max_checkpoints_to_keep: int = Field(2, gt=0)
-    logger: list[Literal["console", "wandb"]] = Field(default_factory=lambda: ["console", "wandb"])
+    max_checkpoints_to_keep: int = Field(2, gt=0, description="older checkpoints are deleted")
+    logger: list[Literal["console", "wandb"]] = Field(
+        default_factory=lambda: ["console", "wandb"],
+        description="where metrics go besides metrics.jsonl (wandb runs offline without WANDB_API_KEY)",
+    )
     dump_rollouts: bool = Field(True, description="write each step's trajectories to rollouts/step_N.jsonl")
     num_threads: int = Field(0, ge=0, description="torch CPU threads (0: torch's default)")
     max_error_frac: float = Field(

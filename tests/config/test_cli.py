@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from agentrl.config_loader import ConfigError, load_config
+from agentrl.config_loader import ConfigError, describe_config, load_config
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -31,6 +31,29 @@ def test_help_lists_every_config_groups_presets():
         "Presets: engine=sglang|transformers; env=code_sandbox|custom|math|tool_calling; model=tiny."
         in " ".join(result.stdout.split())  # argparse wraps the epilog to the terminal's width
     )
+
+
+def test_describe_prints_each_setting_under_a_key_with_its_resolved_value_and_meaning():
+    result = run_cli("env=math", "actor.clip_ratio_high=0.28", "--describe", "actor.clip")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "actor.clip_ratio_low = 0.2  # Ratio is clipped below at 1 - clip_ratio_low.",
+        "actor.clip_ratio_high = 0.28  # Ratio is clipped above at 1 + clip_ratio_high (DAPO clip-higher: > low).",
+        "actor.clip_ratio_c = 3.0  # Dual-clip bound: loss of a negative-advantage token is at most -A * c.",
+    ]
+
+
+def test_describe_alone_covers_every_setting_and_an_unknown_key_is_an_error():
+    everything = run_cli("--describe", "env=math")  # a preset after --describe is still a preset
+    assert everything.returncode == 0, everything.stderr
+    assert everything.stdout.splitlines() == describe_config(load_config(["env=math"]))
+    keys = [line.split(" = ")[0] for line in everything.stdout.splitlines()]
+    assert {"env.id", "rollout.val_kwargs.n", "actor.optim.lr", "ray.num_workers", "trainer.seed"} <= set(
+        keys
+    )
+    missing = run_cli("--describe", "actor.clip_ratio_hgh")
+    assert missing.returncode == 2
+    assert "no setting's key starts with 'actor.clip_ratio_hgh'" in missing.stderr
 
 
 def test_a_wrong_type_names_the_key_and_the_value():

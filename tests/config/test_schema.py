@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel
 
 from agentrl.config import Config
-from agentrl.config_loader import ConfigError, configs_root, load_config
+from agentrl.config_loader import ConfigError, configs_root, describe_config, load_config
 from agentrl.data import DataConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,3 +91,8 @@ def test_a_truncated_sampling_distribution_is_warned_about():
 def test_files_and_a_generator_together_are_rejected():
     with pytest.raises(ConfigError, match="data.train_files and data.generator are both set"):
         load_config(["data.train_files=[a.jsonl]"])
+
+
+def test_every_setting_says_what_it_means():
+    undescribed = [line for line in describe_config(load_config([])) if "  # " not in line]
+    assert undescribed == []
