@@ -115,8 +115,9 @@ def record_config(run_dir: Path, config: Config) -> None:
 
     path, text = run_dir / "config.yaml", dump_config(config)
     steps = checkpoint_steps(run_dir) if config.trainer.resume == "auto" else []
-    if steps and path.is_file() and path.read_text() != text:
-        changes = config_changes(yaml.safe_load(path.read_text()), config.model_dump(mode="json"))
+    earlier = path.read_text() if steps and path.is_file() else text
+    if earlier != text:
+        changes = config_changes(yaml.safe_load(earlier), config.model_dump(mode="json"))
         kept = path.rename(run_dir / f"config.before_step_{steps[-1] + 1}.yaml")
         print(
             f"warning: resuming {run_dir} after step {steps[-1]} with changed settings ({'; '.join(changes)}); "
