@@ -54,6 +54,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agentrl.trainer.actor_config import ActorConfig
 from agentrl.trainer.batch import TrainBatch
+from agentrl.trainer.loss import TokenLoss
 from agentrl.trainer.packing import ScoringInputs
 from agentrl.trainer.policy_worker import PolicyWorker
 from agentrl.trainer.scorer import CausalLMScorer
@@ -82,9 +83,14 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 class FullLogitsScorer(CausalLMScorer):
-    """The previous path: logits, float32 log-probs and entropy at every position of a padded batch."""
+    """The previous path: logits, float32 log-probs and entropy at every position of a padded batch.
 
-    def forward(self, inputs: ScoringInputs, with_entropy: bool) -> TokenScores:
+    The loss, when given, is taken on those logprobs, and autograd runs back through all of them.
+    """
+
+    def forward(
+        self, inputs: ScoringInputs, with_entropy: bool, loss: TokenLoss | None = None
+    ) -> tuple[TokenScores, torch.Tensor | None]:
         logits = self.model(
             input_ids=inputs.input_ids,
             attention_mask=inputs.attention_mask,
@@ -97,9 +103,14 @@ class FullLogitsScorer(CausalLMScorer):
         with torch.set_grad_enabled(with_entropy and torch.is_grad_enabled()):
             entropy = -(log_probs.exp() * log_probs).sum(-1)
         rows, predictors = inputs.rows, inputs.positions - 1
-        return TokenScores(
+        scores = TokenScores(
             token_logprobs[rows, predictors], entropy[rows, predictors] if with_entropy else None
         )
+        if loss is None:
+            return scores, None
+        value = loss(slice(None), scores.logprobs, scores.entropy)
+        detached = None if scores.entropy is None else scores.entropy.detach()
+        return TokenScores(scores.logprobs.detach(), detached), value
 
 
 class PreviousPolicyWorker(PolicyWorker):

@@ -4,9 +4,15 @@ Every term is aggregated with the mini-batch's global counts, so each micro-batc
 share and the shares add up to the mini-batch loss:
 
     loss = pg_loss + kl_loss_coef * kl_loss - entropy_coeff * entropy
+
+`micro_batch_loss` gives the loss and the metrics on [B, T] tensors. `TokenLoss` gives the same
+loss as a sum over the scored tokens, which the fused head (agentrl.trainer.head_loss) needs to
+take the gradient chunk by chunk.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -87,3 +93,75 @@ def micro_batch_loss(
         ]
     )
     return loss, metrics
+
+
+@dataclass(frozen=True)
+class TokenLoss:
+    """`micro_batch_loss`'s loss as a function of the scored tokens' logprobs and entropy.
+
+    Every term of the loss is a per-token value times its token's aggregation weight: `aggregate`
+    is linear in the per-token loss, with weights that depend only on the mask and the global
+    counts. Those weights are read off as the gradient of `aggregate` (so they can never drift
+    from it), and any range of tokens' share of the loss then needs nothing of the other tokens.
+    Per-token values are [N] in the scored tokens' order (ScoringInputs.rows / positions).
+    """
+
+    weights: torch.Tensor  # [N] d loss / d (each token's per-token term)
+    loss_mask: torch.Tensor  # [N]
+    old_logprobs: torch.Tensor  # [N]
+    advantages: torch.Tensor  # [N]
+    ref_logprobs: torch.Tensor | None  # [N] when actor.use_kl_loss
+    actor: ActorConfig
+
+    @classmethod
+    def of(
+        cls,
+        micro: TrainBatch,  # on the scoring device
+        rows: torch.Tensor,  # [N] sequence of each scored token
+        positions: torch.Tensor,  # [N] its position
+        actor: ActorConfig,
+        global_num_tokens: float,
+        global_num_sequences: float,
+    ) -> TokenLoss:
+        assert micro.old_logprobs is not None  # checked by the caller with a user-facing error
+        mask = micro.loss_mask
+        probe = torch.zeros_like(micro.old_logprobs, requires_grad=True)
+        with torch.enable_grad():
+            shares = aggregate(
+                probe,
+                mask,
+                actor.loss_agg_mode,
+                global_num_tokens,
+                global_num_sequences,
+                actor.loss_scale_factor,
+            )
+            (weights,) = torch.autograd.grad(shares, probe)
+        ref = micro.ref_logprobs if actor.use_kl_loss else None
+        return cls(
+            weights=weights[rows, positions],
+            loss_mask=mask[rows, positions],
+            old_logprobs=micro.old_logprobs[rows, positions],
+            advantages=micro.advantages[rows, positions],
+            ref_logprobs=None if ref is None else ref[rows, positions],
+            actor=actor,
+        )
+
+    def __call__(self, tokens: slice, logprobs: torch.Tensor, entropy: torch.Tensor | None) -> torch.Tensor:
+        """The loss share of the scored tokens in `tokens`, from their logprobs and entropy ([c] each)."""
+        actor = self.actor
+        weights = self.weights[tokens]
+        per_token, _ = ppo_clip_loss(
+            logprobs,
+            self.old_logprobs[tokens],
+            self.advantages[tokens],
+            self.loss_mask[tokens],
+            actor.clip_ratio_low,
+            actor.clip_ratio_high,
+            actor.clip_ratio_c,
+        )
+        if self.ref_logprobs is not None:
+            kl = kl_penalty(logprobs, self.ref_logprobs[tokens], actor.kl_loss_type)
+            per_token = per_token + actor.kl_loss_coef * kl
+        if entropy is not None and actor.entropy_coeff > 0:
+            per_token = per_token - actor.entropy_coeff * entropy
+        return (weights * per_token).sum()

@@ -25,9 +25,10 @@ from agentrl.trainer.actor_config import ActorConfig
 from agentrl.trainer.batch import TrainBatch
 from agentrl.trainer.distributed import all_gather_rows, all_reduce_sum, barrier, init_distributed
 from agentrl.trainer.document_attention import register_document_attention
-from agentrl.trainer.loss import METRIC_NAMES, micro_batch_loss
-from agentrl.trainer.packing import scatter_scores, scoring_inputs
+from agentrl.trainer.loss import METRIC_NAMES, TokenLoss, micro_batch_loss
+from agentrl.trainer.packing import ScoringInputs, scatter_scores, scoring_inputs
 from agentrl.trainer.scorer import CausalLMScorer
+from agentrl.trainer.token_logprobs import TokenScores
 
 # Files of a Hugging Face checkpoint that belong to the tokenizer and chat template.
 TOKENIZER_FILES = (
@@ -96,6 +97,8 @@ class PolicyWorker:
             model, self.temperature, self.actor.logprob_chunk_size, compiled_head=self.actor.use_torch_compile
         )
         mixed_precision = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+        # The root's inputs include the loss's float32 per-token values (TokenLoss): never cast them.
+        root_precision = replace(mixed_precision, cast_forward_inputs=False)
         for layer in decoder_layers(model):
             if self.actor.use_torch_compile:
                 compile_layer(layer)
@@ -105,24 +108,26 @@ class PolicyWorker:
                 layer.forward = functools.partial(checkpoint, layer.forward, use_reentrant=False)
             fully_shard(layer, mesh=self.context.mesh, mp_policy=mixed_precision)
         # The scorer is the root: its forward, not the model's, is what every pass calls.
-        fully_shard(self.scorer, mesh=self.context.mesh, mp_policy=mixed_precision)
+        fully_shard(self.scorer, mesh=self.context.mesh, mp_policy=root_precision)
         return model
 
-    def _forward(self, micro: TrainBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logprob of each scored token and (if asked) its predicting distribution's entropy, [B, T] each.
-
-        Scored tokens are those with loss mask 1; every other position holds 0.
-        """
-        inputs = scoring_inputs(
+    def _scoring_inputs(self, micro: TrainBatch) -> ScoringInputs:
+        return scoring_inputs(
             micro.input_ids,
             micro.attention_mask,
             micro.position_ids,
             micro.loss_mask > 0,
             pack=self.actor.sequence_packing,
         ).to(self.context.device)
-        scores = self.scorer(inputs, with_entropy)
-        entropy = None if scores.entropy is None else scatter_scores(scores.entropy, inputs)
-        return scatter_scores(scores.logprobs, inputs), entropy
+
+    def _forward(self, micro: TrainBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logprob of each scored token and (if asked) its predicting distribution's entropy, [B, T] each.
+
+        Scored tokens are those with loss mask 1; every other position holds 0.
+        """
+        inputs = self._scoring_inputs(micro)
+        scores, _ = self.scorer(inputs, with_entropy)
+        return _scattered(scores, inputs)
 
     def _rank_rows(self, num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's contiguous slice of `num_rows` rows, and which of them are real.
@@ -196,13 +201,19 @@ class PolicyWorker:
         sums = torch.zeros(len(METRIC_NAMES), device=self.context.device)
         for chunk in self._micro_chunks(len(rows)):
             micro = local.select(chunk)
-            logprobs, entropy = self._forward(micro, with_entropy=self._wants_entropy)
+            inputs = self._scoring_inputs(micro)
             micro = micro.to(self.context.device)
-            loss, metrics = micro_batch_loss(
-                logprobs, entropy, micro, self.actor, global_num_tokens, global_num_sequences
+            token_loss = TokenLoss.of(
+                micro, inputs.rows, inputs.positions, self.actor, global_num_tokens, global_num_sequences
             )
+            scores, loss = self.scorer(inputs, self._wants_entropy, token_loss)
             # FSDP averages gradients over ranks; the loss shares are meant to be summed.
             (loss * self.context.world_size).backward()
+            with torch.no_grad():
+                logprobs, entropy = _scattered(scores, inputs)
+                _, metrics = micro_batch_loss(
+                    logprobs, entropy, micro, self.actor, global_num_tokens, global_num_sequences
+                )
             sums += metrics
         metrics = self._optimizer_step(all_reduce_sum(sums))
         if not self._wants_entropy:
@@ -261,3 +272,9 @@ class PolicyWorker:
                 for source in self.model_path.glob(pattern):
                     shutil.copy2(source, path / source.name)
         barrier()
+
+
+def _scattered(scores: TokenScores, inputs: ScoringInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logprobs, entropy or None) back in the micro-batch's [B, T] layout."""
+    entropy = None if scores.entropy is None else scatter_scores(scores.entropy, inputs)
+    return scatter_scores(scores.logprobs, inputs), entropy

@@ -4,7 +4,8 @@ It wraps a transformers causal LM and returns logprobs (and entropy when asked) 
 tokens only: the decoder runs on the packed or padded inputs, the hidden states that predict
 scored tokens are picked out, and the language-model head is applied to them in chunks
 (agentrl.trainer.token_logprobs). The model's own forward would compute logits at every
-position, prompt and padding included.
+position, prompt and padding included. Given the loss as a `TokenLoss`, the head also takes the
+loss's gradient as it goes (agentrl.trainer.head_loss) and returns the loss with the scores.
 
 It is the FSDP root (the decoder layers are their own FSDP units), so the head's weight and
 the embeddings are gathered by FSDP around this forward exactly as around the model's own.
@@ -15,6 +16,8 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
+from agentrl.trainer.head_loss import head_loss
+from agentrl.trainer.loss import TokenLoss
 from agentrl.trainer.packing import ScoringInputs
 from agentrl.trainer.token_logprobs import TokenScores, token_logprobs
 
@@ -45,17 +48,19 @@ class CausalLMScorer(torch.nn.Module):
         self.chunk_size = chunk_size
         self.compiled_head = compiled_head
 
-    def forward(self, inputs: ScoringInputs, with_entropy: bool) -> TokenScores:
+    def forward(
+        self, inputs: ScoringInputs, with_entropy: bool, loss: TokenLoss | None = None
+    ) -> tuple[TokenScores, torch.Tensor | None]:
+        """The scored tokens' scores, and with `loss` that loss (its gradient runs through the model).
+
+        With `loss` the scores carry no gradient; without, they do (when grad mode is on).
+        """
         decoder = self.model.get_decoder()
         hidden = decoder(**inputs.model_kwargs(), use_cache=False).last_hidden_state  # [R, L, H]
         hidden = hidden.flatten(0, 1)[inputs.hidden_index]  # [N, H]
-        head = self.model.get_output_embeddings()
-        return token_logprobs(
-            hidden,
-            head.weight,
-            inputs.target_ids,
-            self.temperature,
-            self.chunk_size,
-            with_entropy,
-            compiled=self.compiled_head,
-        )
+        weight = self.model.get_output_embeddings().weight
+        settings = (self.temperature, self.chunk_size, with_entropy, self.compiled_head)
+        if loss is None:
+            return token_logprobs(hidden, weight, inputs.target_ids, *settings), None
+        value, scores = head_loss(hidden, weight, inputs.target_ids, loss, *settings)
+        return scores, value

@@ -7,6 +7,10 @@ of `chunk_size` rows: the forward pass keeps only the per-token results, and the
 pass recomputes each chunk's logits from the saved hidden states. At most one chunk's [c, V]
 logits exist at a time, in either pass.
 
+Training takes the loss's gradient inside the forward pass instead (agentrl.trainer.head_loss):
+the actor loss is a sum of per-token terms, so the recompute is not needed. This function's
+backward serves any loss that is not such a sum.
+
 Numerics follow the full-logits path exactly: the logits are computed in the hidden states'
 dtype (bf16 under mixed precision), upcast to float32, divided by the temperature, and
 normalised with a float32 log-sum-exp.
@@ -44,15 +48,18 @@ def token_logprobs(
     softmax gradient) as torch.compile'd kernels: one pass over the chunk's logits each way
     instead of several.
     """
+    check_head_settings(temperature, chunk_size)
+    logprobs, entropy = _ChunkedTokenLogprobs.apply(
+        hidden, weight, target_ids, temperature, chunk_size, with_entropy, chunk_ops(compiled)
+    )
+    return TokenScores(logprobs, entropy if with_entropy else None)
+
+
+def check_head_settings(temperature: float, chunk_size: int) -> None:
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 rows, got {chunk_size}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    ops = _compiled_chunk_ops() if compiled else _EAGER_CHUNK_OPS
-    logprobs, entropy = _ChunkedTokenLogprobs.apply(
-        hidden, weight, target_ids, temperature, chunk_size, with_entropy, ops
-    )
-    return TokenScores(logprobs, entropy if with_entropy else None)
 
 
 def _chunk_stats(
@@ -61,8 +68,11 @@ def _chunk_stats(
     temperature: float,
     with_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Log-normaliser, target logprob and (if asked) entropy of each row of one chunk, float32 [c] each."""
-    z = logits.float()
+    """Log-normaliser, target logprob and (if asked) entropy of each row of one chunk, float32 [c] each.
+
+    `logits` is left as it was (float32 logits too): the fused head (head_loss) uses them again.
+    """
+    z = logits.to(torch.float32, copy=True)
     if temperature != 1.0:  # dividing by 1.0 would still cost a full pass over [c, V]
         z = z.div_(temperature)
     log_normalizer = torch.logsumexp(z, dim=-1)
@@ -110,17 +120,22 @@ def _chunk_grad_logits(
 
 
 @dataclass(frozen=True)
-class _ChunkOps:
+class ChunkOps:
     stats: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
     grad_logits: Callable[..., torch.Tensor]
 
 
-_EAGER_CHUNK_OPS = _ChunkOps(_chunk_stats, _chunk_grad_logits)
+_EAGER_CHUNK_OPS = ChunkOps(_chunk_stats, _chunk_grad_logits)
+
+
+def chunk_ops(compiled: bool) -> ChunkOps:
+    """The per-chunk float32 kernels: torch.compile'd, or eager."""
+    return _compiled_chunk_ops() if compiled else _EAGER_CHUNK_OPS
 
 
 @functools.cache
-def _compiled_chunk_ops() -> _ChunkOps:
-    return _ChunkOps(_compiled_per_chunk(_chunk_stats), _compiled_per_chunk(_chunk_grad_logits))
+def _compiled_chunk_ops() -> ChunkOps:
+    return ChunkOps(_compiled_per_chunk(_chunk_stats), _compiled_per_chunk(_chunk_grad_logits))
 
 
 def _compiled_per_chunk(function: Callable) -> Callable:
@@ -153,7 +168,7 @@ def _own_rows(rows: torch.Tensor) -> torch.Tensor:
 _FLOAT32_OUT_MATMUL = "dtype_out" in torch.ops.aten.addmm.overloads()
 
 
-def _accumulate_weight_grad(
+def accumulate_weight_grad(
     grad_weight: torch.Tensor,  # [V, H] float32
     grad_logits: torch.Tensor,  # [c, V]
     hidden: torch.Tensor,  # [c, H]
@@ -225,7 +240,7 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
             if grad_hidden is not None:
                 grad_hidden[start:end] = grad_logits @ weight
             if grad_weight is not None:
-                _accumulate_weight_grad(grad_weight, grad_logits, chunk_hidden)
+                accumulate_weight_grad(grad_weight, grad_logits, chunk_hidden)
         if grad_weight is not None:
             grad_weight = grad_weight.to(weight.dtype)
         return (grad_hidden, grad_weight) + no_grads[2:]

@@ -1,0 +1,124 @@
+import pytest
+import torch
+from torch.testing import assert_close
+
+from agentrl.trainer.actor_config import ActorConfig
+from agentrl.trainer.batch import TrainBatch
+from agentrl.trainer.head_loss import head_loss
+from agentrl.trainer.loss import TokenLoss, micro_batch_loss
+from agentrl.trainer.token_logprobs import token_logprobs
+
+NUM_TOKENS, HIDDEN, VOCAB = 7, 5, 11
+AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+
+
+def head_inputs(seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(NUM_TOKENS, HIDDEN, generator=generator, dtype=torch.float64) * 2
+    weight = torch.randn(VOCAB, HIDDEN, generator=generator, dtype=torch.float64)
+    targets = torch.randint(0, VOCAB, (NUM_TOKENS,), generator=generator)
+    return hidden.requires_grad_(), weight.requires_grad_(), targets
+
+
+def per_token_loss(tokens: slice, logprobs: torch.Tensor, entropy: torch.Tensor | None) -> torch.Tensor:
+    """A sum of per-token terms, each token weighed differently, nonlinear in the logprob."""
+    weights = torch.arange(1, NUM_TOKENS + 1, dtype=logprobs.dtype)
+    loss = (weights[tokens] * logprobs.exp()).sum()
+    return loss if entropy is None else loss - 0.3 * (weights.flip(0)[tokens] * entropy).sum()
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 7, 100])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("with_entropy", [True, False])
+def test_head_loss_gives_the_loss_gradients_and_scores_of_autograd_through_token_logprobs(
+    chunk_size, temperature, with_entropy
+):
+    hidden, weight, targets = head_inputs()
+    loss, scores = head_loss(hidden, weight, targets, per_token_loss, temperature, chunk_size, with_entropy)
+    assert not scores.logprobs.requires_grad
+    (2.5 * loss).backward()  # the upstream gradient scales the stored ones
+    fused_grads = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    reference = token_logprobs(
+        hidden, weight, targets, temperature, chunk_size=NUM_TOKENS, with_entropy=with_entropy
+    )
+    expected = per_token_loss(slice(None), reference.logprobs, reference.entropy)
+    (2.5 * expected).backward()
+    assert_close(loss, expected.float(), atol=1e-6, rtol=1e-6)
+    assert_close(scores.logprobs, reference.logprobs.detach(), atol=1e-6, rtol=1e-6)
+    if with_entropy:
+        assert_close(scores.entropy, reference.entropy.detach(), atol=1e-6, rtol=1e-6)
+    else:
+        assert scores.entropy is None
+    assert_close(fused_grads[0], hidden.grad, atol=1e-6, rtol=1e-6)
+    assert_close(fused_grads[1], weight.grad, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_the_compiled_chunk_kernels_give_the_same_fused_loss_and_gradients():
+    hidden, weight, targets = head_inputs(seed=3)
+    hidden, weight = hidden.detach().float().requires_grad_(), weight.detach().float().requires_grad_()
+    loss, _ = head_loss(hidden, weight, targets, per_token_loss, 0.7, 3, with_entropy=True, compiled=True)
+    loss.backward()
+    compiled_grads = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    eager, _ = head_loss(hidden, weight, targets, per_token_loss, 0.7, 3, with_entropy=True)
+    eager.backward()
+    assert_close(loss, eager, atol=1e-5, rtol=1e-5)
+    assert_close(compiled_grads[0], hidden.grad, atol=1e-5, rtol=1e-5)
+    assert_close(compiled_grads[1], weight.grad, atol=1e-5, rtol=1e-5)
+
+
+def random_micro_batch(seed: int) -> TrainBatch:
+    """Three rows of 9 positions: different numbers of loss tokens, one row padded, dtype float64."""
+    generator = torch.Generator().manual_seed(seed)
+    shape = (3, 9)
+    loss_mask = torch.zeros(shape, dtype=torch.float64)
+    loss_mask[0, 2:5] = loss_mask[0, 7:9] = 1  # two turns
+    loss_mask[1, 1:9] = 1
+    loss_mask[2, 3:6] = 1  # then padding
+    return TrainBatch(
+        input_ids=torch.randint(0, 50, shape, generator=generator),
+        attention_mask=torch.ones(shape, dtype=torch.long),
+        position_ids=torch.arange(9).expand(shape).clone(),
+        loss_mask=loss_mask,
+        advantages=torch.tensor([[1.5], [-0.7], [-2.0]], dtype=torch.float64).expand(shape) * loss_mask,
+        rollout_logprobs=torch.zeros(shape, dtype=torch.float64),
+        group_ids=torch.arange(3),
+        old_logprobs=-torch.rand(shape, generator=generator, dtype=torch.float64) * 3,
+        ref_logprobs=-torch.rand(shape, generator=generator, dtype=torch.float64) * 3,
+    )
+
+
+@pytest.mark.parametrize("mode", AGG_MODES)
+@pytest.mark.parametrize("kl_loss_type", ["low_var_kl", "k3+"])
+def test_token_loss_over_any_chunking_is_the_micro_batch_loss_with_its_gradients(mode, kl_loss_type):
+    micro = random_micro_batch(seed=1)
+    actor = ActorConfig(
+        loss_agg_mode=mode, use_kl_loss=True, kl_loss_type=kl_loss_type, kl_loss_coef=0.2,
+        entropy_coeff=0.05, clip_ratio_high=0.28,
+    )  # fmt: skip
+    global_tokens, global_sequences = 40.0, 5.0  # the mini-batch's, larger than this micro-batch's
+    rows, positions = (micro.loss_mask > 0).nonzero(as_tuple=True)
+    generator = torch.Generator().manual_seed(2)
+    # logprobs far enough from the old ones that some ratios are clipped and some dual-clipped
+    logprobs = micro.old_logprobs + torch.randn(
+        micro.loss_mask.shape, generator=generator, dtype=torch.float64
+    )
+    entropy = torch.rand(micro.loss_mask.shape, generator=generator, dtype=torch.float64) * 4
+    logprobs, entropy = logprobs.requires_grad_(), entropy.requires_grad_()
+    expected, _ = micro_batch_loss(logprobs, entropy, micro, actor, global_tokens, global_sequences)
+    expected_grads = torch.autograd.grad(expected, [logprobs, entropy])
+
+    token_loss = TokenLoss.of(micro, rows, positions, actor, global_tokens, global_sequences)
+    scored_logprobs = logprobs.detach()[rows, positions].requires_grad_()
+    scored_entropy = entropy.detach()[rows, positions].requires_grad_()
+    shares = [token_loss(slice(start, start + 3), scored_logprobs[start : start + 3], scored_entropy[start : start + 3])
+              for start in range(0, len(rows), 3)]  # fmt: skip
+    total = torch.stack(shares).sum()
+    grads = torch.autograd.grad(total, [scored_logprobs, scored_entropy])
+    assert_close(total, expected, atol=1e-12, rtol=1e-12)
+    assert_close(grads[0], expected_grads[0][rows, positions], atol=1e-12, rtol=1e-12)
+    assert_close(grads[1], expected_grads[1][rows, positions], atol=1e-12, rtol=1e-12)
+    # unscored positions carry no gradient in the reference either: nothing is lost by leaving them out
+    assert (expected_grads[0][micro.loss_mask == 0] == 0).all()
