@@ -168,9 +168,7 @@ def test_micro_batch_size_does_not_change_the_update(tiny_model_dir, sequence_pa
             assert_close(tensor, reference_state[name], atol=1e-6, rtol=1e-5)
 
 
-def test_one_update_clips_the_gradient_of_plain_autograd_through_the_models_own_logits(
-    tiny_model_dir, monkeypatch
-):
+def test_one_update_clips_the_gradient_of_plain_autograd_through_the_models_own_logits(tiny_model_dir):
     """The fused head inside FSDP against the textbook path: full logits, micro_batch_loss, backward."""
     batch = multi_turn_batch()
     actor = actor_config(
@@ -185,11 +183,11 @@ def test_one_update_clips_the_gradient_of_plain_autograd_through_the_models_own_
     batch.ref_logprobs = (logprobs - shift.flip(-1)) * batch.loss_mask
     stepped = {}
 
-    def keep_gradients():
+    def keep_gradients(optimizer, args, kwargs) -> None:
         for name, parameter in worker.model.named_parameters():
             stepped[name] = parameter.grad.full_tensor().clone()
 
-    monkeypatch.setattr(worker.optimizer, "step", keep_gradients)
+    worker.optimizer.register_step_pre_hook(keep_gradients)
     metrics = worker.update(batch)
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
