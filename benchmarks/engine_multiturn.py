@@ -38,6 +38,7 @@ from engine_throughput import (
     sample_kwargs,
     synchronize,
 )
+from kernel_profile import Profiled, format_profile
 from transformers import PreTrainedModel
 
 from agentrl.engine import SamplingParams, TransformersEngine
@@ -85,11 +86,12 @@ async def run_engine(
     async with TransformersEngine(model, [], **engine_kwargs(args, prefix_cache)) as engine:
         transcript = Transcript([], [])
 
-        async def episode(index: int, seed: int) -> int:
+        async def episode(index: int, seed: int, record: bool) -> int:
             prompt, produced = list(episodes.first_prompts[index]), 0
             for turn, budget in enumerate(episodes.new_tokens[index]):
-                transcript.prompt_lengths.append(len(prompt))
-                transcript.new_tokens.append(budget)
+                if record:
+                    transcript.prompt_lengths.append(len(prompt))
+                    transcript.new_tokens.append(budget)
                 params = SamplingParams(max_new_tokens=budget, temperature=1.0, seed=seed + turn)
                 generation = await engine.generate(prompt, params)
                 produced += len(generation.completion_ids)
@@ -98,10 +100,10 @@ async def run_engine(
                     prompt += episodes.observations[index][turn]
             return produced
 
-        async def run_once(seed: int) -> int:
+        async def run_once(seed: int, record: bool = False) -> int:
             return sum(
                 await asyncio.gather(
-                    *[episode(i, seed + 100 * i) for i in range(len(episodes.first_prompts))]
+                    *[episode(i, seed + 100 * i, record) for i in range(len(episodes.first_prompts))]
                 )
             )
 
@@ -109,19 +111,24 @@ async def run_engine(
         await run_once(seed=10**6)
         if engine.prefix_cache is not None:
             engine.prefix_cache.clear()
-        transcript.prompt_lengths.clear()
-        transcript.new_tokens.clear()
         synchronize(args.device)
         before = engine.stats.num_prefill_steps + engine.stats.num_decode_steps, engine.stats.num_decode_steps
         prompt_before = engine.stats.num_prompt_tokens, engine.stats.num_prefix_cached_tokens
         start = time.perf_counter()
-        output_tokens = await run_once(seed=args.seed)
+        output_tokens = await run_once(seed=args.seed, record=True)
         synchronize(args.device)
         seconds = time.perf_counter() - start
         num_passes = engine.stats.num_prefill_steps + engine.stats.num_decode_steps - before[0]
         num_decodes = engine.stats.num_decode_steps - before[1]
         prompt_tokens = engine.stats.num_prompt_tokens - prompt_before[0]
         cached_tokens = engine.stats.num_prefix_cached_tokens - prompt_before[1]
+        if args.profile:  # the same episodes again, on an emptied prefix cache
+            if engine.prefix_cache is not None:
+                engine.prefix_cache.clear()
+            with Profiled(torch.device(args.device)) as region:
+                await run_once(seed=args.seed)
+            print(f"engine, prefix cache {'on' if prefix_cache else 'off'}, the episodes once more:")
+            print(format_profile(region.result))
     assert output_tokens == sum(map(sum, episodes.new_tokens)), "EOS is disabled: every turn fills its budget"
     name = f"engine, prefix cache {'on' if prefix_cache else 'off'}"
     print(f"{name}: {cached_tokens:,} of {prompt_tokens:,} prompt tokens read from the prefix cache "

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import torch
+from kernel_profile import Profiled, format_profile
 from transformers import PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
 from agentrl.engine import SamplingParams, TransformersEngine
@@ -177,6 +178,10 @@ async def run_engine(model: PreTrainedModel, workload: Workload, args: argparse.
         seconds = time.perf_counter() - start
         num_passes = engine.stats.num_prefill_steps + engine.stats.num_decode_steps - passes_before
         num_decodes = engine.stats.num_decode_steps - decodes_before
+        if args.profile:
+            with Profiled(torch.device(args.device)) as region:
+                await run_once()
+            print(f"engine, the workload once more:\n{format_profile(region.result)}")
         await time_weight_sync(engine, model)
     output_tokens = sum(len(g.completion_ids) for g in generations)
     assert output_tokens == sum(workload.new_tokens), "EOS is disabled: every request must fill its budget"
@@ -275,6 +280,12 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the measurements to this file")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the timed engine run, one more under torch.profiler: kernel time by kind, longest "
+        "kernels, idle gaps (benchmarks/kernel_profile.py)",
+    )
     return parser
 
 

@@ -34,7 +34,7 @@ x hidden x sequence length per token for causal attention, and 6 x hidden x voca
 scored token for the head. It is given against the datasheet bf16 peak (`--peak-tflops`) and
 against a bf16 matmul measured in the same run.
 
-GPU:  python benchmarks/trainer_throughput.py --shapes qwen2.5-0.5b qwen2.5-1.5b [--varied-lengths]
+GPU:  python benchmarks/trainer_throughput.py --shapes qwen2.5-0.5b qwen2.5-1.5b [--varied-lengths] [--profile]
 CPU:  python benchmarks/trainer_throughput.py --shapes tiny --device cpu --dtype float32 \\
           --num-sequences 4 --sequence-length 64 --prompt-tokens 16 --micro-batch 2
 """
@@ -50,6 +50,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from kernel_profile import KernelProfile, Profiled, format_profile
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agentrl.trainer.actor_config import ActorConfig
@@ -134,6 +135,7 @@ class Result:
     flops_per_s: float | None = None  # model FLOPs (module doc)
     compiling_updates: int = 0  # timed updates left out because dynamo compiled during them
     alloc_retries: int = 0  # times the CUDA allocator freed its cache to retry, timed updates
+    profile: KernelProfile | None = None  # one more update under the profiler (--profile)
 
 
 def write_random_model(
@@ -253,6 +255,11 @@ def run_variant(
             if _compiled_frames() == frames:
                 steady.append((time.perf_counter() - start, index))
         retries = _alloc_retries(device) - retries
+        profile = None
+        if args.profile:
+            with Profiled(device) as region:
+                worker.update(batches[-1])
+            profile = region.result
     except torch.OutOfMemoryError:
         return Result(variant, None, None)
     finally:
@@ -263,11 +270,11 @@ def run_variant(
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     compiling = len(batches) - num_warmup - len(steady)
     if not steady:
-        return Result(variant, None, peak, None, compiling, retries)
+        return Result(variant, None, peak, None, compiling, retries, profile)
     seconds = sum(elapsed for elapsed, _ in steady)
     tokens = sum(float(batches[index].attention_mask.sum()) for _, index in steady)
     steady_flops = sum(flops[index] for _, index in steady)
-    return Result(variant, tokens / seconds, peak, steady_flops / seconds, compiling, retries)
+    return Result(variant, tokens / seconds, peak, steady_flops / seconds, compiling, retries, profile)
 
 
 def _compiled_frames() -> int:
@@ -330,6 +337,10 @@ def benchmark_shape(args: argparse.Namespace, shape: str, device: torch.device, 
             f"{achieved / args.peak_tflops:>6.1%} {achieved / matmul_tflops:>9.1%} {peak:>8} {ratio:>11}"
             f" {result.compiling_updates:>17} {result.alloc_retries:>13}"
         )
+    for result in results:
+        if result.profile is not None:
+            print(f"\n{shape}, {result.variant.name}, one more update ({args.num_sequences} sequences):")
+            print(format_profile(result.profile))
 
 
 def main() -> None:
@@ -353,6 +364,12 @@ def main() -> None:
         "--varied-lengths",
         action="store_true",
         help="sequence lengths drawn uniformly up to --sequence-length, new ones for every update",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after each variant's timed updates, one more under torch.profiler: kernel time by kind, "
+        "longest kernels, idle gaps (benchmarks/kernel_profile.py)",
     )
     parser.add_argument(
         "--peak-tflops", type=float, default=989.0, help="datasheet dense bf16 peak (H100/H200 SXM: 989)"

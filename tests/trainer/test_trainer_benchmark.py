@@ -12,6 +12,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_benchmark():
+    if str(REPO_ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT / "benchmarks"))  # as when run as a script: its helpers beside it
     spec = importlib.util.spec_from_file_location(
         "trainer_throughput", REPO_ROOT / "benchmarks" / "trainer_throughput.py"
     )
@@ -21,12 +23,14 @@ def load_benchmark():
     return module
 
 
-@pytest.mark.parametrize("lengths", [[], ["--varied-lengths"]], ids=["same_lengths", "varied_lengths"])
-def test_trainer_benchmark_runs_every_variant_on_cpu_and_prints_ratios_to_the_previous_path(lengths):
+@pytest.mark.parametrize(
+    "flags", [["--profile"], ["--varied-lengths"]], ids=["same_lengths_profiled", "varied_lengths"]
+)
+def test_trainer_benchmark_runs_every_variant_on_cpu_and_prints_ratios_to_the_previous_path(flags):
     command = [
         sys.executable, str(REPO_ROOT / "benchmarks" / "trainer_throughput.py"), "--shapes", "tiny",
         "--device", "cpu", "--dtype", "float32", "--num-sequences", "4", "--sequence-length", "32",
-        "--prompt-tokens", "8", "--micro-batch", "2", "--steps", "1", *lengths,
+        "--prompt-tokens", "8", "--micro-batch", "2", "--steps", "1", *flags,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
@@ -46,6 +50,12 @@ def test_trainer_benchmark_runs_every_variant_on_cpu_and_prints_ratios_to_the_pr
     assert ratios[0] == "1.00x" and all(ratio.endswith("x") for ratio in ratios)
     # One timed update (--steps 1) each; the CPU has no caching allocator to retry.
     assert all(row.split()[-2] in ("0", "1") and row.split()[-1] == "0" for row in rows)
+    profiles = [line for line in lines if line.startswith("profile: ")]
+    if "--profile" in flags:  # one more update of each variant, under the profiler
+        assert len(profiles) == 5
+        assert all(line.endswith("no GPU kernels recorded (CPU run)") for line in profiles)
+    else:
+        assert profiles == []
 
 
 def test_varied_lengths_batches_mask_padding_and_prompts_and_count_attention_per_sequence():

@@ -1,0 +1,154 @@
+"""Where a GPU spends a region of a benchmark: kernel time by kind, the longest kernels, and idle gaps.
+
+The benchmarks' `--profile` runs one more round of their timed work under torch.profiler
+(`with Profiled(device) as region: ...`, then `region.result`) and prints `format_profile`. Kernels launched from CUDA graphs are listed one by one as well. Kinds come from
+kernel names (cuBLAS's `nvjet`/`gemm`, flash attention, Triton's `triton_`, ...); a gap is time
+inside the region's first-to-last kernel span when no kernel ran, named by the kernels around it.
+Profiling slows the host, so the gaps overstate what an unprofiled run loses: compare them with
+each other and with the unprofiled timings, not as absolute costs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Self
+
+import torch
+
+# (kind, name fragments), first match wins: the fused attention kernels mention "norm" or "copy"
+# less often than elementwise ones mention "attention", so attention is tried first.
+KINDS = (
+    ("attention", ("flash", "attention", "attend", "merge_splits")),
+    ("matmul", ("nvjet", "gemm", "xmma", "cutlass", "splitkreduce")),
+    ("optimizer, foreach", ("adam", "multi_tensor_apply")),
+    ("compiled (triton)", ("triton_",)),
+    ("norm", ("rms", "norm")),
+    ("activation, rotary", ("silu", "gelu", "rotary")),
+    ("copy", ("memcpy", "memset", "copy")),
+)
+
+
+def kind_of(kernel_name: str) -> str:
+    name = kernel_name.lower()
+    return next((kind for kind, fragments in KINDS if any(f in name for f in fragments)), "other")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    start_us: float
+    end_us: float
+
+    @property
+    def duration_us(self) -> float:
+        return self.end_us - self.start_us
+
+
+@dataclass(frozen=True)
+class Gap:
+    duration_us: float
+    after: str  # the kernel that ran last before the gap
+    before: str  # the kernel that starts it
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    wall_s: float  # the region, synchronised at both ends, under the profiler
+    kernels: tuple[Kernel, ...]  # by start time
+
+    @property
+    def span_us(self) -> float:
+        return max(k.end_us for k in self.kernels) - self.kernels[0].start_us if self.kernels else 0.0
+
+    def time_by_kind(self) -> dict[str, float]:
+        """Kernel microseconds of each kind, largest first."""
+        totals: dict[str, float] = defaultdict(float)
+        for kernel in self.kernels:
+            totals[kind_of(kernel.name)] += kernel.duration_us
+        return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+    def longest(self, count: int) -> list[tuple[str, float, int]]:
+        """(name, total microseconds, calls) of the `count` kernels with the most time."""
+        totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+        for kernel in self.kernels:
+            entry = totals[kernel.name]
+            entry[0] += kernel.duration_us
+            entry[1] += 1
+        ranked = sorted(totals.items(), key=lambda item: -item[1][0])[:count]
+        return [(name, total, int(calls)) for name, (total, calls) in ranked]
+
+    def gaps(self) -> list[Gap]:
+        """Stretches inside the span when no kernel ran (kernels may overlap on several streams)."""
+        found = []
+        busy_until, last = None, None
+        for kernel in self.kernels:
+            if busy_until is not None and kernel.start_us > busy_until:
+                found.append(Gap(kernel.start_us - busy_until, last.name, kernel.name))
+            if busy_until is None or kernel.end_us > busy_until:
+                busy_until, last = kernel.end_us, kernel
+        return found
+
+
+class Profiled:
+    """A region run under torch.profiler: its CUDA kernels (none on CPU) and its wall time."""
+
+    def __init__(self, device: torch.device) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        self.device = device
+        self._profiler = profile(activities=activities)
+        self.result: KernelProfile | None = None
+
+    def __enter__(self) -> Self:
+        self._profiler.__enter__()
+        _synchronize(self.device)
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        _synchronize(self.device)
+        wall = time.perf_counter() - self._start
+        self._profiler.__exit__(*exc_info)
+        kernels = [
+            Kernel(event.name, event.time_range.start, event.time_range.end)
+            for event in self._profiler.events()
+            if event.device_type == torch.autograd.DeviceType.CUDA
+            and event.time_range.end > event.time_range.start
+        ]
+        self.result = KernelProfile(wall, tuple(sorted(kernels, key=lambda k: k.start_us)))
+
+
+def format_profile(profile: KernelProfile, longest: int = 12, gaps: int = 5) -> str:
+    if not profile.kernels:
+        return f"profile: {profile.wall_s * 1e3:.1f} ms, no GPU kernels recorded (CPU run)"
+    busy = sum(k.duration_us for k in profile.kernels)
+    idle = sum(gap.duration_us for gap in profile.gaps())
+    summary = (
+        f"profile: {profile.wall_s * 1e3:.1f} ms under the profiler; {len(profile.kernels)} kernels, "
+        f"{busy / 1e3:.1f} ms of kernel time; first-to-last kernel {profile.span_us / 1e3:.1f} ms, "
+        f"{idle / 1e3:.1f} ms of it with no kernel running"
+    )
+    lines = [summary]
+    lines += [
+        f"  {kind:18} {total / 1e3:9.1f} ms  {total / busy:6.1%}"
+        for kind, total in profile.time_by_kind().items()
+    ]
+    lines.append("  longest kernels:")
+    lines += [
+        f"    {total / 1e3:8.1f} ms {calls:7d} x {total / calls:8.1f} us  {name[:90]}"
+        for name, total, calls in profile.longest(longest)
+    ]
+    lines.append("  longest gaps:")
+    lines += [
+        f"    {gap.duration_us / 1e3:8.2f} ms after {gap.after[:50]} | before {gap.before[:50]}"
+        for gap in sorted(profile.gaps(), key=lambda gap: -gap.duration_us)[:gaps]
+    ]
+    return "\n".join(lines)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,51 @@
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["--model", "tiny", "--device", "cpu", "--num-requests", "8", "--prompt-tokens", "8", "24",
+         "--new-tokens", "4", "12"]  # fmt: skip
+
+
+def run_benchmark(script: str, *flags: str) -> list[str]:
+    command = [sys.executable, str(REPO_ROOT / "benchmarks" / script), *SMALL, *flags]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed.stdout.splitlines()
+
+
+@pytest.mark.parametrize("profile", [False, True], ids=["plain", "profiled"])
+def test_single_turn_benchmark_prints_its_ratios_and_roofline_and_profiles_when_asked(profile):
+    lines = run_benchmark("engine_throughput.py", "--static-reference", *(["--profile"] if profile else []))
+    assert re.fullmatch(r"ratio engine / baseline: [0-9.]+x", lines[-3])
+    assert re.fullmatch(r"ratio engine / static reference: [0-9.]+x", lines[-2])
+    assert re.fullmatch(r"memory roofline: .* engine at [0-9.]+% of it", lines[-1])
+    engine_row = next(line for line in lines if line.startswith("engine (continuous batching)"))
+    assert engine_row.split()[3:5] == ["8", "requests"]
+    profiles = [line for line in lines if line.startswith("profile: ")]
+    assert profiles == (["profile: " + profiles[0].split("profile: ")[1]] if profile else [])
+    if profile:
+        assert profiles[0].endswith("no GPU kernels recorded (CPU run)")
+
+
+def test_multi_turn_benchmark_profiles_both_engine_runs_without_changing_what_it_measures():
+    plain = run_benchmark("engine_multiturn.py")
+    profiled = run_benchmark("engine_multiturn.py", "--profile")
+
+    def calls_and_tokens(lines: list[str]) -> list[list[str]]:
+        """Each measured row's name, calls and tokens (the profiled run must not add turns to them)."""
+        rows = [line for line in lines if re.search(r" \d+ calls ", line)]
+        return [re.match(r"(.*?)\s+(\d+) calls\s+(\d+) tokens", row).groups() for row in rows]
+
+    assert calls_and_tokens(plain) == calls_and_tokens(profiled)
+    assert [row[1] for row in calls_and_tokens(plain)] == [
+        "24"
+    ] * 3  # 8 episodes x 3 turns, each measured once
+    assert any(line.startswith("ratio prefix cache on / static generate(): ") for line in profiled)
+    assert len([line for line in profiled if line.startswith("profile: ")]) == 2
+    assert len([line for line in plain if line.startswith("profile: ")]) == 0
