@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Self
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
-# (kind, name fragments), first match wins: the fused attention kernels mention "norm" or "copy"
-# less often than elementwise ones mention "attention", so attention is tried first.
+# (kind, name fragments); the first kind with a fragment in the kernel's name wins.
 KINDS = (
     ("attention", ("flash", "attention", "attend", "merge_splits")),
     ("matmul", ("nvjet", "gemm", "xmma", "cutlass", "splitkreduce")),
@@ -95,8 +95,6 @@ class Profiled:
     """A region run under torch.profiler: its CUDA kernels (none on CPU) and its wall time."""
 
     def __init__(self, device: torch.device) -> None:
-        from torch.profiler import ProfilerActivity, profile
-
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
         self.device = device
         self._profiler = profile(activities=activities)

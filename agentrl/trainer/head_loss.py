@@ -1,18 +1,19 @@
 """Training stage, loss step inside the head: a per-token loss's gradient taken while the logits exist.
 
-`token_logprobs` keeps the hidden states and recomputes each chunk's logits in the backward
-pass, so the head runs four [c, H] x [H, V] products a chunk. The actor loss is a sum of
-per-token terms (agentrl.trainer.loss.TokenLoss): the gradient at a token's logprob and entropy
-depends on that token alone. `head_loss` therefore finishes each chunk in the forward pass:
+The actor loss is a sum of per-token terms (agentrl.trainer.loss.TokenLoss): the gradient at a
+token's logprob and entropy depends on that token alone. So `head_loss` finishes each chunk of
+the head's rows in the forward pass, while its [c, V] logits exist:
 
-1. the chunk's logits, then its logprobs, log-normaliser and (if asked) entropy;
+1. the chunk's logits, then its logprobs, log-normaliser and (if asked) entropy
+   (`token_logprobs.scored_chunks`);
 2. the chunk's loss share and its gradient with respect to those [c] values (autograd on the
    small per-token function);
-3. the gradient at the logits (the same kernel `token_logprobs`'s backward runs), and from it
-   the chunk's gradients at the hidden states and at the weight.
+3. the gradient at the logits, and from it the chunk's gradients at the hidden states and at the
+   weight.
 
-Three products a chunk instead of four, and never more than one chunk's logits. The backward
-pass only hands the stored gradients on, scaled by the loss's upstream gradient.
+Three [c, H] x [H, V] products a chunk, and never more than one chunk's logits: a backward pass
+that recomputed the logits from saved hidden states would run four. The backward pass only hands
+the stored gradients on, scaled by the loss's upstream gradient.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from collections.abc import Callable
 
 import torch
 
-from agentrl.trainer.token_logprobs import TokenScores, accumulate_weight_grad, check_head_settings, chunk_ops
+from agentrl.trainer.token_logprobs import (
+    TokenScores,
+    accumulate_weight_grad,
+    check_head_settings,
+    chunk_ops,
+    scored_chunks,
+)
 
 ChunkLoss = Callable[[slice, torch.Tensor, torch.Tensor | None], torch.Tensor]
 """(rows of the scored tokens, their logprobs [c] and entropy [c] or None) -> their loss share []."""
@@ -41,7 +48,7 @@ def head_loss(
 
     The loss is the sum of `chunk_loss` over the chunks; it must be a sum of per-token terms,
     or the gradient taken chunk by chunk is not the loss's. Logprobs and entropy are exactly
-    `token_logprobs`'s (same chunk kernels, `compiled` as there).
+    `token_logprobs`'s (same chunks and kernels, `compiled` as there).
     """
     check_head_settings(temperature, chunk_size)
     loss, logprobs, entropy = _FusedHeadLoss.apply(
@@ -77,31 +84,25 @@ class _FusedHeadLoss(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden)
         # float32 accumulation over chunks: one rounding to the weight's dtype in backward.
         grad_weight = torch.zeros_like(weight, dtype=torch.float32)
-        for start in range(0, num_tokens, chunk_size):
-            rows = slice(start, min(start + chunk_size, num_tokens))
-            chunk_hidden, chunk_targets = hidden[rows], target_ids[rows]
-            logits = chunk_hidden @ weight.T
-            log_normalizer, chunk_logprobs, chunk_entropy = ops.stats(
-                logits, chunk_targets, temperature, with_entropy
-            )
+        for chunk in scored_chunks(hidden, weight, target_ids, temperature, chunk_size, with_entropy, ops):
             share, grad_logprobs, grad_entropy = _share_and_grads(
-                chunk_loss, rows, chunk_logprobs, chunk_entropy
+                chunk_loss, chunk.rows, chunk.logprobs, chunk.entropy
             )
             grad_logits = ops.grad_logits(
-                logits,
-                chunk_targets,
-                log_normalizer,
-                entropy[:0] if chunk_entropy is None else chunk_entropy,
+                chunk.logits,
+                target_ids[chunk.rows],
+                chunk.log_normalizer,
+                entropy[:0] if chunk.entropy is None else chunk.entropy,
                 grad_logprobs,
                 grad_entropy,
                 temperature,
             )
-            grad_hidden[rows] = grad_logits @ weight
-            accumulate_weight_grad(grad_weight, grad_logits, chunk_hidden)
+            grad_hidden[chunk.rows] = grad_logits @ weight
+            accumulate_weight_grad(grad_weight, grad_logits, hidden[chunk.rows])
             loss += share
-            logprobs[rows] = chunk_logprobs
+            logprobs[chunk.rows] = chunk.logprobs
             if with_entropy:
-                entropy[rows] = chunk_entropy
+                entropy[chunk.rows] = chunk.entropy
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         ctx.mark_non_differentiable(logprobs, entropy)

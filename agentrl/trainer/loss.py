@@ -107,7 +107,7 @@ class TokenLoss:
     """
 
     weights: torch.Tensor  # [N] d loss / d (each token's per-token term)
-    loss_mask: torch.Tensor  # [N]
+    loss_mask: torch.Tensor  # [N] (ppo_clip_loss takes it for its diagnostics, which a share does not report)
     old_logprobs: torch.Tensor  # [N]
     advantages: torch.Tensor  # [N]
     ref_logprobs: torch.Tensor | None  # [N] when actor.use_kl_loss

@@ -53,7 +53,7 @@ class CausalLMScorer(torch.nn.Module):
     ) -> tuple[TokenScores, torch.Tensor | None]:
         """The scored tokens' scores, and with `loss` that loss (its gradient runs through the model).
 
-        With `loss` the scores carry no gradient; without, they do (when grad mode is on).
+        The scores never carry a gradient; without `loss`, call it under torch.no_grad().
         """
         decoder = self.model.get_decoder()
         hidden = decoder(**inputs.model_kwargs(), use_cache=False).last_hidden_state  # [R, L, H]

@@ -1,15 +1,11 @@
 """Training stage, scoring step: log p(token) (and optionally entropy) from hidden states, in chunks.
 
 The language-model head maps N hidden states [N, H] to logits [N, V]. With V = 152k and N in
-the tens of thousands, a float32 [N, V] tensor is tens of gigabytes, and autograd keeps
-several of them alive for the backward pass. `token_logprobs` instead walks over N in chunks
-of `chunk_size` rows: the forward pass keeps only the per-token results, and the backward
-pass recomputes each chunk's logits from the saved hidden states. At most one chunk's [c, V]
-logits exist at a time, in either pass.
-
-Training takes the loss's gradient inside the forward pass instead (agentrl.trainer.head_loss):
-the actor loss is a sum of per-token terms, so the recompute is not needed. This function's
-backward serves any loss that is not such a sum.
+the tens of thousands, a float32 [N, V] tensor is tens of gigabytes. `token_logprobs` walks over
+N in chunks of `chunk_size` rows and keeps only the per-token results: at most one chunk's
+[c, V] logits exist at a time. It gives no gradient: the policy's old and reference logprobs
+need none, and training takes the loss's gradient chunk by chunk as the logits are made
+(agentrl.trainer.head_loss, which shares the chunk loop and kernels below).
 
 Numerics follow the full-logits path exactly: the logits are computed in the hidden states'
 dtype (bf16 under mixed precision), upcast to float32, divided by the temperature, and
@@ -19,7 +15,7 @@ normalised with a float32 log-sum-exp.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -42,17 +38,56 @@ def token_logprobs(
     with_entropy: bool = False,
     compiled: bool = False,
 ) -> TokenScores:
-    """log softmax(hidden @ weight.T / temperature) at the target ids, without an [N, V] tensor.
+    """log softmax(hidden @ weight.T / temperature) at the target ids, without an [N, V] tensor; no gradient.
 
-    `compiled` runs each chunk's float32 work (upcast, log-sum-exp, entropy; in backward the
-    softmax gradient) as torch.compile'd kernels: one pass over the chunk's logits each way
-    instead of several.
+    `compiled` runs each chunk's float32 work (upcast, log-sum-exp, entropy) as one
+    torch.compile'd kernel over the chunk's logits instead of several passes.
     """
+    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+        raise ValueError(
+            "token_logprobs gives no gradient: call it under torch.no_grad(), and take a loss's "
+            "gradient with agentrl.trainer.head_loss.head_loss"
+        )
     check_head_settings(temperature, chunk_size)
-    logprobs, entropy = _ChunkedTokenLogprobs.apply(
+    num_tokens = hidden.shape[0]
+    logprobs = torch.empty(num_tokens, dtype=torch.float32, device=hidden.device)
+    entropy = torch.empty(num_tokens, dtype=torch.float32, device=hidden.device) if with_entropy else None
+    for chunk in scored_chunks(
         hidden, weight, target_ids, temperature, chunk_size, with_entropy, chunk_ops(compiled)
-    )
-    return TokenScores(logprobs, entropy if with_entropy else None)
+    ):
+        logprobs[chunk.rows] = chunk.logprobs
+        if entropy is not None:
+            entropy[chunk.rows] = chunk.entropy
+    return TokenScores(logprobs, entropy)
+
+
+@dataclass(frozen=True)
+class ScoredChunk:
+    """One chunk of the head's rows: its logits and their per-row statistics (float32)."""
+
+    rows: slice
+    logits: torch.Tensor  # [c, V] in the hidden states' dtype
+    log_normalizer: torch.Tensor  # [c]
+    logprobs: torch.Tensor  # [c]
+    entropy: torch.Tensor | None  # [c], when asked
+
+
+def scored_chunks(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target_ids: torch.Tensor,
+    temperature: float,
+    chunk_size: int,
+    with_entropy: bool,
+    ops: ChunkOps,
+) -> Iterator[ScoredChunk]:
+    """The head's rows `chunk_size` at a time: each chunk's logits and statistics, one chunk alive at a time."""
+    num_tokens = hidden.shape[0]
+    for start in range(0, num_tokens, chunk_size):
+        rows = slice(start, min(start + chunk_size, num_tokens))
+        logits = hidden[rows] @ weight.T
+        log_normalizer, logprobs, entropy = ops.stats(logits, target_ids[rows], temperature, with_entropy)
+        yield ScoredChunk(rows, logits, log_normalizer, logprobs, entropy)
 
 
 def check_head_settings(temperature: float, chunk_size: int) -> None:
@@ -92,7 +127,13 @@ def _chunk_grad_logits(
     grad_entropy: torch.Tensor | None,  # [c] float32
     temperature: float,
 ) -> torch.Tensor:  # [c, V] in the logits' dtype
-    """d loss / d logits of one chunk (see _ChunkedTokenLogprobs).
+    """d loss / d logits of one chunk, from the loss's gradients g at the logprobs and e at the entropy.
+
+    With z = logits / temperature, p = softmax(z), lp = z_y - logsumexp(z) and
+    H = -sum_j p_j log p_j, per row
+        d lp / d z_j = [j == y] - p_j
+        d H  / d z_j = -p_j (log p_j + H)
+    so d / d z_j = g [j == y] - p_j (g + e (log p_j + H)).
 
     Every entry gets -p_j c_j (c = g, or g + e (log p_j + H)) in one elementwise pass, rounded to
     the logits' dtype; the target's entry, g - p_y c_y, is then written from per-row values, so
@@ -179,74 +220,3 @@ def accumulate_weight_grad(
         torch.addmm(grad_weight, grad_logits.T, hidden, out_dtype=torch.float32, out=grad_weight)
     else:
         grad_weight += (grad_logits.T @ hidden).float()
-
-
-class _ChunkedTokenLogprobs(torch.autograd.Function):
-    """Forward: per-token logprob and entropy. Backward: recompute each chunk's logits.
-
-    With z = logits / temperature, p = softmax(z), lp = z_y - logsumexp(z) and
-    H = -sum_j p_j log p_j, the gradients per row are
-        d lp / d z_j = [j == y] - p_j
-        d H  / d z_j = -p_j (log p_j + H)
-    so for upstream gradients g (of lp) and e (of H):
-        d / d z_j = g [j == y] - p_j (g + e (log p_j + H)).
-    """
-
-    @staticmethod
-    def forward(ctx, hidden, weight, target_ids, temperature, chunk_size, with_entropy, ops):
-        num_tokens = hidden.shape[0]
-        logprobs = torch.empty(num_tokens, dtype=torch.float32, device=hidden.device)
-        # Kept for backward, which then needs one pass over each chunk's logits instead of three.
-        log_normalizer = torch.empty(num_tokens, dtype=torch.float32, device=hidden.device)
-        entropy = torch.empty(num_tokens if with_entropy else 0, dtype=torch.float32, device=hidden.device)
-        for start in range(0, num_tokens, chunk_size):
-            end = min(start + chunk_size, num_tokens)
-            chunk = ops.stats(hidden[start:end] @ weight.T, target_ids[start:end], temperature, with_entropy)
-            log_normalizer[start:end], logprobs[start:end] = chunk[0], chunk[1]
-            if with_entropy:
-                entropy[start:end] = chunk[2]
-        ctx.save_for_backward(hidden, weight, target_ids, log_normalizer, entropy)
-        ctx.temperature, ctx.chunk_size = temperature, chunk_size
-        ctx.with_entropy, ctx.ops = with_entropy, ops
-        ctx.set_materialize_grads(False)
-        if not with_entropy:
-            ctx.mark_non_differentiable(entropy)
-        return logprobs, entropy
-
-    @staticmethod
-    def backward(ctx, grad_logprobs, grad_entropy):
-        hidden, weight, target_ids, log_normalizer, entropy = ctx.saved_tensors
-        no_grads = (None,) * 7
-        if grad_entropy is not None and not ctx.with_entropy:
-            grad_entropy = None
-        if grad_logprobs is None and grad_entropy is None:
-            return no_grads
-        num_tokens = hidden.shape[0]
-        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
-        # float32 accumulation over chunks: one rounding to the weight's dtype at the end.
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
-        for start in range(0, num_tokens, ctx.chunk_size):
-            end = min(start + ctx.chunk_size, num_tokens)
-            chunk_hidden = hidden[start:end]
-            grad_logits = ctx.ops.grad_logits(
-                chunk_hidden @ weight.T,
-                target_ids[start:end],
-                log_normalizer[start:end],
-                entropy[start:end],
-                _zeros_if_none(grad_logprobs, start, end, hidden),
-                None if grad_entropy is None else grad_entropy[start:end].float(),
-                ctx.temperature,
-            )
-            if grad_hidden is not None:
-                grad_hidden[start:end] = grad_logits @ weight
-            if grad_weight is not None:
-                accumulate_weight_grad(grad_weight, grad_logits, chunk_hidden)
-        if grad_weight is not None:
-            grad_weight = grad_weight.to(weight.dtype)
-        return (grad_hidden, grad_weight) + no_grads[2:]
-
-
-def _zeros_if_none(grad: torch.Tensor | None, start: int, end: int, like: torch.Tensor) -> torch.Tensor:
-    if grad is None:
-        return torch.zeros(end - start, dtype=torch.float32, device=like.device)
-    return grad[start:end].float()

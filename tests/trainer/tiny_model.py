@@ -1,4 +1,4 @@
-"""Test inputs: a tiny random Qwen2 causal LM with a word-level tokenizer, and hand-built trajectories."""
+"""Test inputs: a tiny random Qwen2 causal LM with a word-level tokenizer, hand-built trajectories, a batch of them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from agentrl.rollout.trajectory import Status, Trajectory, Turn
+from agentrl.trainer.actor_config import ActorConfig
+from agentrl.trainer.batch import TrainBatch, build_train_batch
 
 VOCAB_SIZE = 32
 PAD_TOKEN_ID = 0
@@ -69,3 +71,15 @@ def short_trajectory(group_id: int, response_ids: list[int], status: Status = St
         rollout_logprobs=[-0.5] * len(response_ids),
         status=status,
     )
+
+
+def multi_turn_batch() -> TrainBatch:
+    """Three rows in two groups: the two-turn trajectory and two short ones."""
+    trajectories = [two_turn_trajectory(0), short_trajectory(0, [4, 9]), short_trajectory(1, [5, 6, 7])]
+    return build_train_batch(trajectories, torch.tensor([1.0, -1.0, 0.5]), PAD_TOKEN_ID)
+
+
+def actor_config(**overrides) -> ActorConfig:
+    """One mini-batch of both groups of `multi_turn_batch`, one micro-batch, a learning rate that shows."""
+    settings = {"ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": 4, "optim": {"lr": 1e-2}}
+    return ActorConfig(**{**settings, **overrides})
