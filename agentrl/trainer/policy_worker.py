@@ -77,7 +77,7 @@ class PolicyWorker:
                 lr=optim.lr,
                 betas=optim.betas,
                 weight_decay=optim.weight_decay,
-                fused=self.context.device.type == "cuda",  # one kernel per step on the GPU
+                fused=True,  # one kernel per step, and it can skip a step without a host sync (found_inf)
             )
             warmup = optim.warmup_steps
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -229,9 +229,11 @@ class PolicyWorker:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.actor.grad_clip)
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
         lr = self.scheduler.get_last_lr()[0]
-        if torch.isfinite(grad_norm):
-            self.optimizer.step()
-        # A non-finite gradient would poison the weights and the AdamW moments: skip the step.
+        # A non-finite gradient would poison the weights and the AdamW moments: the fused kernel
+        # skips the step where `found_inf` is 1 (the grad scaler's protocol). Decided on the
+        # device, so the host queues the step without waiting for the gradient norm.
+        self.optimizer.found_inf = (~torch.isfinite(grad_norm)).float()
+        self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         metrics = dict(zip(METRIC_NAMES, metric_sums.tolist(), strict=True))
