@@ -74,11 +74,19 @@ def test_the_token_loss_keeps_its_float32_values_under_bf16_compute(tiny_model_d
     assert seen and all(dtypes == (torch.float32,) * 4 for dtypes in seen)
 
 
+ON_CUDA = pytest.param(
+    "cuda",
+    marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")],
+)
+
+
+@pytest.mark.parametrize("device", ["cpu", ON_CUDA])
 def test_a_non_finite_gradient_skips_the_step_and_leaves_weights_and_adamw_state_as_they_were(
-    tiny_model_dir,
+    tiny_model_dir, device
 ):
+    """The fused AdamW kernel skips the step on the device (found_inf); on CUDA too, under FSDP."""
     batch = multi_turn_batch()
-    worker = PolicyWorker(tiny_model_dir, actor_config())
+    worker = PolicyWorker(tiny_model_dir, actor_config(), device=device)
     batch.old_logprobs, _ = worker.compute_logprobs(batch)
     worker.update(batch)  # a finite step first: the AdamW moments exist and are non-zero
 
