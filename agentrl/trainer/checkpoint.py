@@ -36,6 +36,7 @@ from agentrl.trainer.policy_worker import PolicyWorker
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 LATEST = "latest"
+_IMPLEMENTATION = ("fused", "foreach", "capturable", "differentiable")  # AdamW options, not state
 
 
 def _fsync_path(path: Path) -> None:
@@ -172,12 +173,21 @@ def load_latest_checkpoint(run_dir: str | Path, worker: PolicyWorker) -> tuple[i
     if worker.optimizer is None:
         set_state_dict(worker.model, [], model_state_dict=state["model"], optim_state_dict={})
     else:
+        implementation = [
+            {key: group[key] for key in _IMPLEMENTATION if key in group}
+            for group in worker.optimizer.param_groups
+        ]
         set_state_dict(
             worker.model,
             worker.optimizer,
             model_state_dict=state["model"],
             optim_state_dict=state["optimizer"],
         )
+        # How the optimizer runs is this code's choice, not training state: a checkpoint from a
+        # version whose AdamW was not fused would otherwise turn off the fused kernel the
+        # non-finite-step skip relies on.
+        for group, flags in zip(worker.optimizer.param_groups, implementation, strict=True):
+            group.update(flags)
     worker_state = json.loads((directory / "worker_state.json").read_text())
     if worker.scheduler is not None and worker_state["scheduler"] is not None:
         worker.scheduler.load_state_dict(worker_state["scheduler"])

@@ -52,6 +52,28 @@ def test_load_restores_weights_optimizer_scheduler_rng_and_trainer_state(tiny_mo
     assert (random.random(), torch.rand(3).tolist()) == (expected_draws[0], expected_draws[1].tolist())
 
 
+def test_a_checkpoint_of_an_unfused_adamw_resumes_fused_and_still_skips_a_non_finite_step(
+    tiny_model_dir, tmp_path
+):
+    """Checkpoints written before AdamW was fused on CPU carry fused=False in their param groups."""
+    worker = trained_worker(tiny_model_dir)
+    for group in worker.optimizer.param_groups:
+        group["fused"] = False
+    save_checkpoint(tmp_path, 3, worker, {"step": 3})
+
+    fresh = PolicyWorker(tiny_model_dir, CONFIG)
+    load_latest_checkpoint(tmp_path, fresh)
+    assert [group["fused"] for group in fresh.optimizer.param_groups] == [True]
+    saved_moments, loaded_moments = optimizer_tensors(worker), optimizer_tensors(fresh)
+    assert all(torch.equal(saved_moments[key], loaded_moments[key]) for key in saved_moments)  # state loads
+    weights = fresh.full_state_dict()
+    trajectories = [two_turn_trajectory(0), short_trajectory(0, [4, 9])]
+    batch = build_train_batch(trajectories, torch.tensor([float("nan"), 1.0]), PAD_TOKEN_ID)
+    batch.old_logprobs, _ = fresh.compute_logprobs(batch)
+    fresh.update(batch)  # NaN advantages: a non-finite gradient, skipped by the fused kernel
+    assert all(torch.equal(tensor, weights[name]) for name, tensor in fresh.full_state_dict().items())
+
+
 def test_only_the_last_k_checkpoints_are_kept_and_latest_points_to_the_newest(tiny_model_dir, tmp_path):
     worker = PolicyWorker(tiny_model_dir, CONFIG)
     for step in (1, 2, 3, 4):
