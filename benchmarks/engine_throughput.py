@@ -178,8 +178,8 @@ async def run_engine(model: PreTrainedModel, workload: Workload, args: argparse.
         seconds = time.perf_counter() - start
         num_passes = engine.stats.num_prefill_steps + engine.stats.num_decode_steps - passes_before
         num_decodes = engine.stats.num_decode_steps - decodes_before
-        if args.profile:
-            with Profiled(torch.device(args.device)) as region:
+        if args.profile or args.profile_host:
+            with Profiled(torch.device(args.device), host_stacks=args.profile_host) as region:
                 await run_once()
             print(f"engine, the workload once more:\n{format_profile(region.result)}")
         await time_weight_sync(engine, model)
@@ -285,6 +285,12 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         action="store_true",
         help="after the timed engine run, one more under torch.profiler: kernel time by kind, longest "
         "kernels, idle gaps (benchmarks/kernel_profile.py)",
+    )
+    parser.add_argument(
+        "--profile-host",
+        action="store_true",
+        help="--profile, also recording the host's Python calls: adds which project code each thread ran "
+        "while the GPU idled (the recording slows the host, so the gaps grow)",
     )
     return parser
 

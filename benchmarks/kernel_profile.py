@@ -6,10 +6,17 @@ kernel names (cuBLAS's `nvjet`/`gemm`, flash attention, Triton's `triton_`, ...)
 inside the region's first-to-last kernel span when no kernel ran, named by the kernels around it.
 Profiling slows the host, so the gaps overstate what an unprofiled run loses: compare them with
 each other and with the unprofiled timings, not as absolute costs.
+
+With `host_stacks=True` the profiler also records the host's Python calls, and the profile says
+which of this project's code each thread was running in the middle of each idle gap (the
+engine's scheduler preparing a step, the caller submitting requests, ...): why the GPU waited.
+Stack recording slows the host further, so these gaps are longer still.
 """
 
 from __future__ import annotations
 
+import json
+import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -28,6 +35,9 @@ KINDS = (
     ("activation, rotary", ("silu", "gelu", "rotary")),
     ("copy", ("memcpy", "memset", "copy")),
 )
+PROJECT_FILES = ("agentrl/", "benchmarks/")  # host calls from these files are attributed idle time
+MIN_ATTRIBUTED_GAP_US = 50.0  # shorter gaps are mostly launch latency inside a CUDA graph
+NO_PROJECT_CODE = "(no project code running)"
 
 
 def kind_of(kernel_name: str) -> str:
@@ -48,15 +58,31 @@ class Kernel:
 
 @dataclass(frozen=True)
 class Gap:
-    duration_us: float
+    start_us: float
+    end_us: float
     after: str  # the kernel that ran last before the gap
     before: str  # the kernel that starts it
+
+    @property
+    def duration_us(self) -> float:
+        return self.end_us - self.start_us
+
+
+@dataclass(frozen=True)
+class HostCall:
+    """One call of a project function on the host, from the profiler's Python stack recording."""
+
+    name: str  # as the profiler names it: "agentrl/engine/scheduler.py(167): _launch_decode"
+    thread: int
+    start_us: float
+    end_us: float
 
 
 @dataclass(frozen=True)
 class KernelProfile:
     wall_s: float  # the region, synchronised at both ends, under the profiler
     kernels: tuple[Kernel, ...]  # by start time
+    host_calls: tuple[HostCall, ...] = ()  # by start time; recorded only with host stacks
 
     @property
     def span_us(self) -> float:
@@ -85,19 +111,58 @@ class KernelProfile:
         busy_until, last = None, None
         for kernel in self.kernels:
             if busy_until is not None and kernel.start_us > busy_until:
-                found.append(Gap(kernel.start_us - busy_until, last.name, kernel.name))
+                found.append(Gap(busy_until, kernel.start_us, last.name, kernel.name))
             if busy_until is None or kernel.end_us > busy_until:
                 busy_until, last = kernel.end_us, kernel
         return found
 
+    def idle_by_host_code(self, min_gap_us: float = MIN_ATTRIBUTED_GAP_US) -> dict[str, float]:
+        """Microseconds of idle gaps of at least `min_gap_us`, by the project code running at their middle.
+
+        A gap counts once for each thread that was inside project code then, under its calls
+        "outermost > ... > caller > innermost", or under NO_PROJECT_CODE.
+        """
+        gaps = sorted(
+            ((gap.start_us + gap.end_us) / 2, gap.duration_us)
+            for gap in self.gaps()
+            if gap.duration_us >= min_gap_us
+        )
+        totals: dict[str, float] = defaultdict(float)
+        active: list[HostCall] = []
+        upcoming = iter(self.host_calls)
+        pending = next(upcoming, None)
+        for middle, duration in gaps:
+            while pending is not None and pending.start_us <= middle:
+                active.append(pending)
+                pending = next(upcoming, None)
+            active = [call for call in active if call.end_us > middle]
+            stacks: dict[int, list[HostCall]] = defaultdict(list)
+            for call in sorted(active, key=lambda call: (call.start_us, -call.end_us)):  # outermost first
+                stacks[call.thread].append(call)
+            for stack in stacks.values():
+                names = [_short(call.name) for call in stack]
+                totals[" > ".join(names if len(names) <= 3 else [names[0], "...", *names[-2:]])] += duration
+            if not stacks:
+                totals[NO_PROJECT_CODE] += duration
+        return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+def _short(call_name: str) -> str:
+    """ "agentrl/engine/scheduler.py(167): _launch_decode" -> "scheduler.py(167): _launch_decode"."""
+    return call_name.rsplit("/", 1)[-1]
+
 
 class Profiled:
-    """A region run under torch.profiler: its CUDA kernels (none on CPU) and its wall time."""
+    """A region run under torch.profiler: its CUDA kernels (none on CPU) and its wall time.
 
-    def __init__(self, device: torch.device) -> None:
+    `host_stacks`: also record the host's Python calls (`KernelProfile.host_calls`).
+    """
+
+    def __init__(self, device: torch.device, host_stacks: bool = False) -> None:
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
         self.device = device
-        self._profiler = profile(activities=activities)
+        self.host_stacks = host_stacks
+        self._profiler = profile(activities=activities, with_stack=host_stacks)
         self.result: KernelProfile | None = None
 
     def __enter__(self) -> Self:
@@ -110,6 +175,9 @@ class Profiled:
         _synchronize(self.device)
         wall = time.perf_counter() - self._start
         self._profiler.__exit__(*exc_info)
+        if self.host_stacks:  # Python calls are only in the exported trace, on the trace's clock
+            self.result = KernelProfile(wall, *_read_trace(self._profiler))
+            return
         kernels = [
             Kernel(event.name, event.time_range.start, event.time_range.end)
             for event in self._profiler.events()
@@ -117,6 +185,30 @@ class Profiled:
             and event.time_range.end > event.time_range.start
         ]
         self.result = KernelProfile(wall, tuple(sorted(kernels, key=lambda k: k.start_us)))
+
+
+def _read_trace(profiler: profile) -> tuple[tuple[Kernel, ...], tuple[HostCall, ...]]:
+    """Kernels and project host calls, by start time, from the profiler's exported Chrome trace."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = f"{directory}/trace.json"
+        profiler.export_chrome_trace(path)
+        with open(path) as file:
+            events = json.load(file)["traceEvents"]
+    kernels, calls = [], []
+    for event in events:
+        duration, category = event.get("dur", 0), event.get("cat")
+        if duration <= 0:
+            continue
+        start, end = event["ts"], event["ts"] + duration
+        if category in ("kernel", "gpu_memcpy", "gpu_memset"):
+            kernels.append(Kernel(event["name"], start, end))
+        elif category == "python_function" and any(part in event["name"] for part in PROJECT_FILES):
+            calls.append(HostCall(event["name"], event["tid"], start, end))
+    return tuple(sorted(kernels, key=_start)), tuple(sorted(calls, key=_start))
+
+
+def _start(item: Kernel | HostCall) -> float:
+    return item.start_us
 
 
 def format_profile(profile: KernelProfile, longest: int = 12, gaps: int = 5) -> str:
@@ -144,6 +236,14 @@ def format_profile(profile: KernelProfile, longest: int = 12, gaps: int = 5) -> 
         f"    {gap.duration_us / 1e3:8.2f} ms after {gap.after[:50]} | before {gap.before[:50]}"
         for gap in sorted(profile.gaps(), key=lambda gap: -gap.duration_us)[:gaps]
     ]
+    if profile.host_calls:
+        lines.append(
+            f"  idle gaps of {MIN_ATTRIBUTED_GAP_US:.0f} us or more, by the project code running then:"
+        )
+        lines += [
+            f"    {total / 1e3:8.2f} ms  {where[:150]}"
+            for where, total in list(profile.idle_by_host_code().items())[:longest]
+        ]
     return "\n".join(lines)
 
 

@@ -19,9 +19,9 @@ def run_benchmark(script: str, *flags: str) -> list[str]:
     return completed.stdout.splitlines()
 
 
-@pytest.mark.parametrize("profile", [False, True], ids=["plain", "profiled"])
+@pytest.mark.parametrize("profile", [None, "--profile", "--profile-host"], ids=["plain", "profiled", "host"])
 def test_single_turn_benchmark_prints_its_ratios_and_roofline_and_profiles_when_asked(profile):
-    lines = run_benchmark("engine_throughput.py", "--static-reference", *(["--profile"] if profile else []))
+    lines = run_benchmark("engine_throughput.py", "--static-reference", *([profile] if profile else []))
     assert re.fullmatch(r"ratio engine / baseline: [0-9.]+x", lines[-3])
     assert re.fullmatch(r"ratio engine / static reference: [0-9.]+x", lines[-2])
     assert re.fullmatch(r"memory roofline: .* engine at [0-9.]+% of it", lines[-1])

@@ -4,7 +4,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from kernel_profile import Kernel, KernelProfile, Profiled, format_profile, kind_of
+from kernel_profile import NO_PROJECT_CODE, HostCall, Kernel, KernelProfile, Profiled, format_profile, kind_of
+
+from agentrl.engine.step_inputs import prefill_inputs
 
 
 def test_kernel_names_seen_on_an_h100_fall_into_their_kinds():
@@ -61,3 +63,36 @@ def test_a_cpu_region_is_timed_and_records_no_gpu_kernels():
         torch.ones(256, 256) @ torch.ones(256, 256)
     assert region.result is not None and region.result.kernels == () and region.result.wall_s > 0
     assert format_profile(region.result).endswith("no GPU kernels recorded (CPU run)")
+
+
+def test_idle_gaps_are_attributed_to_the_project_code_each_thread_ran_at_their_middle():
+    kernels = (Kernel("nvjet_a", 0.0, 100.0), Kernel("nvjet_a", 200.0, 300.0), Kernel("nvjet_a", 310.0, 400.0),
+               Kernel("nvjet_a", 500.0, 600.0))  # fmt: skip
+    scheduler, caller = 1, 2
+    calls = (
+        HostCall("agentrl/engine/scheduler.py(70): serve", scheduler, 0.0, 1000.0),
+        HostCall("agentrl/engine/scheduler.py(167): _launch_decode", scheduler, 120.0, 190.0),
+        HostCall("agentrl/engine/decode_graphs.py(86): run", scheduler, 140.0, 180.0),
+        HostCall("agentrl/engine/transformers_engine.py(162): generate", caller, 145.0, 160.0),
+        HostCall("agentrl/engine/scheduler.py(120): _prefill", scheduler, 420.0, 470.0),
+    )
+    profile = KernelProfile(wall_s=0.001, kernels=kernels, host_calls=calls)
+    # gaps: 100-200 (middle 150: both threads busy), 300-310 (too short), 400-500 (middle 450: the prefill)
+    assert profile.idle_by_host_code() == {
+        "scheduler.py(70): serve > scheduler.py(167): _launch_decode > decode_graphs.py(86): run": 100.0,
+        "transformers_engine.py(162): generate": 100.0,
+        "scheduler.py(70): serve > scheduler.py(120): _prefill": 100.0,
+    }
+    assert KernelProfile(0.001, kernels, calls[4:]).idle_by_host_code() == {
+        NO_PROJECT_CODE: 100.0,
+        "scheduler.py(120): _prefill": 100.0,
+    }
+    assert format_profile(profile).splitlines()[-4].endswith("by the project code running then:")
+
+
+def test_a_region_profiled_with_host_stacks_records_the_project_calls_it_made():
+    with Profiled(torch.device("cpu"), host_stacks=True) as region:
+        prefill_inputs([[1, 2, 3], [4, 5]], [0, 1], first_slot=0)
+    names = [call.name for call in region.result.host_calls]
+    assert any(name.endswith("agentrl/engine/step_inputs.py(41): prefill_inputs") for name in names)
+    assert all("agentrl/" in name or "benchmarks/" in name for name in names)
