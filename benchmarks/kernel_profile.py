@@ -148,7 +148,7 @@ class KernelProfile:
 
 
 def _short(call_name: str) -> str:
-    """ "agentrl/engine/scheduler.py(167): _launch_decode" -> "scheduler.py(167): _launch_decode"."""
+    """The call's name without the directories of its file: "scheduler.py(167): _launch_decode"."""
     return call_name.rsplit("/", 1)[-1]
 
 
