@@ -34,11 +34,12 @@ from engine_throughput import (
     engine_kwargs,
     kv_positions_read,
     print_roofline,
+    profiler_of,
     roofline_of,
     sample_kwargs,
     synchronize,
 )
-from kernel_profile import Profiled, format_profile
+from kernel_profile import format_profile
 from transformers import PreTrainedModel
 
 from agentrl.engine import SamplingParams, TransformersEngine
@@ -122,10 +123,10 @@ async def run_engine(
         num_decodes = engine.stats.num_decode_steps - before[1]
         prompt_tokens = engine.stats.num_prompt_tokens - prompt_before[0]
         cached_tokens = engine.stats.num_prefix_cached_tokens - prompt_before[1]
-        if args.profile or args.profile_host:  # the same episodes again, on an emptied prefix cache
+        if (profiler := profiler_of(args)) is not None:  # the same episodes again, on an emptied prefix cache
             if engine.prefix_cache is not None:
                 engine.prefix_cache.clear()
-            with Profiled(torch.device(args.device), host_stacks=args.profile_host) as region:
+            with profiler as region:
                 await run_once(seed=args.seed)
             print(f"engine, prefix cache {'on' if prefix_cache else 'off'}, the episodes once more:")
             print(format_profile(region.result))

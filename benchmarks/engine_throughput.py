@@ -178,8 +178,8 @@ async def run_engine(model: PreTrainedModel, workload: Workload, args: argparse.
         seconds = time.perf_counter() - start
         num_passes = engine.stats.num_prefill_steps + engine.stats.num_decode_steps - passes_before
         num_decodes = engine.stats.num_decode_steps - decodes_before
-        if args.profile or args.profile_host:
-            with Profiled(torch.device(args.device), host_stacks=args.profile_host) as region:
+        if (profiler := profiler_of(args)) is not None:
+            with profiler as region:
                 await run_once()
             print(f"engine, the workload once more:\n{format_profile(region.result)}")
         await time_weight_sync(engine, model)
@@ -246,6 +246,13 @@ def run_static_generate(model: PreTrainedModel, workload: Workload, args: argpar
     num_passes = max(workload.new_tokens)
     name = "reference: one static generate() batch"
     return Measurement(name, len(workload.prompts), sum(workload.new_tokens), seconds, num_passes)
+
+
+def profiler_of(args: argparse.Namespace) -> Profiled | None:
+    """The profiler of the extra round `--profile` or `--profile-host` asks for; None without either."""
+    if not (args.profile or args.profile_host):
+        return None
+    return Profiled(torch.device(args.device), host_stacks=args.profile_host)
 
 
 def build_parser(description: str) -> argparse.ArgumentParser:

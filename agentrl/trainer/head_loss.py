@@ -23,6 +23,7 @@ from collections.abc import Callable
 import torch
 
 from agentrl.trainer.token_logprobs import (
+    DEFAULT_CHUNK_SIZE,
     TokenScores,
     accumulate_weight_grad,
     check_head_settings,
@@ -40,7 +41,7 @@ def head_loss(
     target_ids: torch.Tensor,  # [N] int64
     chunk_loss: ChunkLoss,
     temperature: float = 1.0,
-    chunk_size: int = 2048,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     with_entropy: bool = False,
     compiled: bool = False,
 ) -> tuple[torch.Tensor, TokenScores]:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+DEFAULT_CHUNK_SIZE = 4096  # rows a chunk; ActorConfig.logprob_chunk_size's default
+
 
 @dataclass
 class TokenScores:
@@ -34,7 +36,7 @@ def token_logprobs(
     weight: torch.Tensor,  # [V, H] output embedding (lm_head.weight)
     target_ids: torch.Tensor,  # [N] int64
     temperature: float = 1.0,
-    chunk_size: int = 2048,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     with_entropy: bool = False,
     compiled: bool = False,
 ) -> TokenScores:

@@ -3,7 +3,8 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from agentrl.trainer.token_logprobs import token_logprobs
+from agentrl.trainer.actor_config import ActorConfig
+from agentrl.trainer.token_logprobs import DEFAULT_CHUNK_SIZE, token_logprobs
 
 NUM_TOKENS, HIDDEN, VOCAB = 7, 5, 11
 
@@ -56,6 +57,10 @@ def test_no_scored_tokens_gives_empty_results():
         torch.zeros(0, HIDDEN), weight, torch.zeros(0, dtype=torch.int64), with_entropy=True
     )
     assert scores.logprobs.shape == scores.entropy.shape == (0,)
+
+
+def test_the_heads_default_chunk_is_the_configs():
+    assert ActorConfig().logprob_chunk_size == DEFAULT_CHUNK_SIZE == 4096
 
 
 def test_a_chunk_size_below_one_is_rejected():
