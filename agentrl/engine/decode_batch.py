@@ -1,8 +1,8 @@
 """Inference stage, one decode step's per-row inputs, staged on the host for a single copy to the device.
 
 Per row, a decode step needs the position it writes, where its input token comes from (the
-previous step's sample, still on the device, or a token the host knows: a row just prefilled),
-and its sampling parameters with this step's uniform draw. Sent field by field, that is several
+sample of the pass that computed it, still on the device, or a token the host already read), and
+its sampling parameters with this step's uniform draw. Sent field by field, that is several
 small host-to-device copies, and each costs host time that a decode step of a small model cannot
 hide. Here every field is one row of a float64 block (each value is a float, or an integer far
 below 2**53), written on the host and copied once; the device unpacks it with a few casts.
@@ -45,7 +45,7 @@ class DecodeBatch:
         columns: int,
         pin: bool,
     ) -> DecodeBatch:
-        """`sources[i]`: the row of the previous decode step whose sample row i feeds on, or -1 to feed `host_ids[i]`."""
+        """`sources[i]`: the entry of the runner's sample buffer row i feeds on, or -1 to feed `host_ids[i]`."""
         staged = torch.empty((NUM_FIELDS, columns), dtype=torch.float64, pin_memory=pin)
         block = staged.numpy()
         num_rows = len(positions)
@@ -87,6 +87,6 @@ class DecodeInputs:
         positions, sources, host_ids = block[:SAMPLING].long()
         return DecodeInputs(positions, sources, host_ids, RowSampling.from_staged(block[SAMPLING:], params))
 
-    def input_ids(self, previous_samples: torch.Tensor) -> torch.Tensor:
-        """[columns] input ids: the previous step's sample of each row's source row, or the host's id."""
-        return torch.where(self.sources >= 0, previous_samples[self.sources.clamp(min=0)], self.host_ids)
+    def input_ids(self, samples: torch.Tensor) -> torch.Tensor:
+        """[columns] input ids: each row's source entry of the sample buffer, or the host's id."""
+        return torch.where(self.sources >= 0, samples[self.sources.clamp(min=0)], self.host_ids)

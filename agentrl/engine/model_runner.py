@@ -25,7 +25,7 @@ from agentrl.engine.model_setup import attention_backends, fused_forward_unsuppo
 from agentrl.engine.packed_prefill import PackedPrefill
 from agentrl.engine.prefill_graphs import PrefillGraphs
 from agentrl.engine.protocol import SamplingParams
-from agentrl.engine.sampling import sample_next_tokens, stack_picked
+from agentrl.engine.sampling import RowSampling, sample_next_tokens, stack_picked
 from agentrl.engine.slot_attention import install_slot_attention
 from agentrl.engine.slot_cache import SlotForward, SlotKVCache, causal_slot_mask
 from agentrl.engine.step_inputs import StepInputs, decode_inputs
@@ -68,8 +68,10 @@ class ModelRunner:
             compile_decoder_layers(model)
         self.slots = SlotKVCache(**slot_shape(model), num_slots=max_batch_size, max_capacity=max_context_len,
                                  dtype=next(model.parameters()).dtype, device=device)  # fmt: skip
-        # The tokens the last decode step sampled, by row: the next step's input ids, kept on the device.
-        self.samples = torch.zeros(max_batch_size, dtype=torch.long, device=device)
+        # Sampled tokens, kept on the device as the next decode step's input ids: a decode step
+        # writes entries 0.. (by row), a prefill pass entries max_batch_size + slot.
+        self.max_batch_size = max_batch_size
+        self.samples = torch.zeros(2 * max_batch_size, dtype=torch.long, device=device)
         self.decode_graphs = None
         self.prefill_graphs = None
         if cuda_graphs and device.type == "cuda":
@@ -132,6 +134,15 @@ class ModelRunner:
         if self.prefill_graphs is not None and self.prefill_graphs.serves(packed):
             return self.prefill_graphs.run(packed)
         return self._fused_prefill(packed.to(self.device))
+
+    def sample_prefill(
+        self, logits: torch.Tensor, sampling: RowSampling, first_slot: int
+    ) -> tuple[torch.Tensor, int]:
+        """(picked [2, rows], first sample entry) of a prefill pass's logits, its samples kept for the next decode step."""
+        token_ids, logprobs = sample_next_tokens(logits, sampling)
+        first_sample = self.max_batch_size + first_slot
+        self.samples[first_sample : first_sample + token_ids.shape[0]].copy_(token_ids)
+        return stack_picked(token_ids, logprobs), first_sample
 
     def _fused_prefill(self, packed: PackedPrefill) -> torch.Tensor:
         with attention_backends(self.device):

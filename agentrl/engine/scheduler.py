@@ -20,10 +20,10 @@ import torch
 from agentrl.engine.admission import admit
 from agentrl.engine.engine_records import EngineStats, StepKind, StepRecord, WeightUpdate
 from agentrl.engine.model_runner import ModelRunner
-from agentrl.engine.pending_decode import PendingDecode
+from agentrl.engine.pending_step import PendingStep, sample_sources
 from agentrl.engine.prefix_cache import PrefixCache
 from agentrl.engine.request import Request, resolve_future
-from agentrl.engine.sampling import RowSampling, draw_uniforms, sample_next_tokens, stack_picked
+from agentrl.engine.sampling import RowSampling, draw_uniforms
 from agentrl.engine.step_inputs import prefill_inputs
 
 SHUTDOWN = object()  # put in the inbox: the scheduler fails what is left and returns
@@ -63,7 +63,7 @@ class Scheduler:
         self._on_step = on_step
         self.overlap_decode = overlap_decode
         self._decodes_since_prefill = 0
-        self._pending: PendingDecode | None = None  # a launched decode step whose tokens are unread
+        self._pending: list[PendingStep] = []  # launched passes whose tokens are unread, in launch order
         self._waiting: collections.deque[Request | WeightUpdate] = collections.deque()
         self._rows: list[Request] = []  # row i owns slot i of self.runner.slots
 
@@ -83,7 +83,7 @@ class Scheduler:
 
     def _take_commands(self) -> bool:
         """Move submitted commands into the waiting queue; False once shutdown was asked for."""
-        block = not self._rows and not self._waiting and self._pending is None
+        block = not self._rows and not self._waiting and not self._pending
         while True:
             try:
                 command = self._inbox.get(block=block)
@@ -99,7 +99,7 @@ class Scheduler:
         self._waiting = collections.deque(item for item in self._waiting if not item.cancelled)
         self._retire_rows()
         if not self._rows:
-            self._read_pending_decode()  # only finished rows' dropped tokens are left in it
+            self._read_pending()  # only finished or cancelled rows' tokens are left in it
         if self._waiting and isinstance(self._waiting[0], WeightUpdate) and not self._rows:
             self._apply_update(self._waiting.popleft())
             return
@@ -128,7 +128,7 @@ class Scheduler:
         cached_lengths = self._reuse_prefixes(requests, first_slot)
         inputs = prefill_inputs([r.prompt_ids for r in requests], cached_lengths, first_slot)
         logits = self.runner.prefill(inputs, first_slot)
-        self._sample(logits, requests)
+        self._pending.append(self._sample_prefill(logits, requests, first_slot))
         for request in requests:
             request.cache_length = len(request.prompt_ids)
         if self.prefix_cache is not None:
@@ -152,24 +152,28 @@ class Scheduler:
         return [min(m.num_tokens, len(r.prompt_ids) - 1) for m, r in zip(matches, requests, strict=True)]
 
     def _decode(self) -> None:
-        """Launch a decode step for every running row; then read the previous step's tokens.
+        """Launch a decode step for every running row; then read the passes launched before the previous step.
 
-        With overlap, the host reads step N's tokens while the device runs step N+1, which was
-        launched before the host knew which rows step N finished: such a row computes one extra
-        token in step N+1, which is dropped (the key/value it stores, its last kept token's, is valid).
+        With overlap, the host reads step N's tokens (and those of the prefill passes launched
+        before it) while the device runs step N+1, which was launched before the host knew which
+        rows step N finished: such a row computes one extra token in step N+1, which is dropped
+        (the key/value it stores, its last kept token's, is valid). The prefill passes launched
+        between steps N and N+1 are read after step N+2 is launched, so the host prepares the
+        next passes while the device computes them.
         """
-        previous, self._pending = self._pending, self._launch_decode(self._pending)
-        if previous is not None:
-            self._finish_decode(previous)
-        if not self.overlap_decode:
-            self._read_pending_decode()
+        self._pending.append(self._launch_decode())
+        decodes = [index for index, step in enumerate(self._pending) if step.decode]
+        done = len(self._pending) if not self.overlap_decode else decodes[-2] + 1 if len(decodes) > 1 else 0
+        for step in self._pending[:done]:
+            self._finish(step)
+        del self._pending[:done]
 
-    def _launch_decode(self, previous: PendingDecode | None) -> PendingDecode:
+    def _launch_decode(self) -> PendingStep:
         requests = list(self._rows)
         positions = [r.cache_length for r in requests]
         self.runner.grow_slots(max(positions) + 1)
-        # A row the previous step decoded continues from that step's sample, still on the device.
-        sources = [-1] * len(requests) if previous is None else previous.rows_of(requests)
+        # A row whose last token the host has not read continues from its sample, still on the device.
+        sources = sample_sources(requests, self._pending)
         host_ids = [
             0 if source >= 0 else r.completion_ids[-1] for r, source in zip(requests, sources, strict=True)
         ]
@@ -179,34 +183,32 @@ class Scheduler:
         for request in requests:
             request.cache_length += 1
         self._decodes_since_prefill += 1
-        return PendingDecode.launch(requests, picked)
+        return PendingStep.launch(requests, picked, first_sample=0, decode=True)
 
-    def _finish_decode(self, step: PendingDecode) -> None:
-        """Append a launched step's tokens to the rows it did not find finished; retire finished rows."""
-        live = []  # rows finished by an earlier step (or cancelled since the launch) keep no token
+    def _finish(self, step: PendingStep) -> None:
+        """Append a launched pass's tokens to the rows it did not find finished; retire finished rows."""
+        live = []  # rows finished by an earlier pass (or cancelled since the launch) keep no token
         for request, token_id, logprob in zip(step.requests, *step.read(), strict=True):
             if request.finish_reason is None and not request.cancelled:
                 request.append(int(token_id), logprob)
                 live.append(request)
-        if live:
-            self.stats.num_generated_tokens += len(live)
+        self.stats.num_generated_tokens += len(live)
+        if live and step.decode:
             self._record(StepKind.DECODE, live, num_tokens=len(step.requests))
         self._retire_rows()
 
-    def _read_pending_decode(self) -> None:
-        """Finish the launched decode step, if any (before admitting, updating weights or idling)."""
-        if self._pending is not None:
-            step, self._pending = self._pending, None
-            self._finish_decode(step)
+    def _read_pending(self) -> None:
+        """Finish every launched pass (before updating weights or idling)."""
+        pending, self._pending = self._pending, []
+        for step in pending:
+            self._finish(step)
 
-    def _sample(self, logits: torch.Tensor, requests: list[Request]) -> None:
+    def _sample_prefill(self, logits: torch.Tensor, requests: list[Request], first_slot: int) -> PendingStep:
         sampling = RowSampling.build(
             [r.sampling for r in requests], [r.generator for r in requests], self.runner.device
         )
-        picked = PendingDecode.launch(requests, stack_picked(*sample_next_tokens(logits, sampling)))
-        for request, token_id, logprob in zip(requests, *picked.read(), strict=True):
-            request.append(int(token_id), logprob)
-        self.stats.num_generated_tokens += len(requests)
+        picked, first_sample = self.runner.sample_prefill(logits, sampling, first_slot)
+        return PendingStep.launch(requests, picked, first_sample, decode=False)
 
     def _retire_rows(self) -> None:
         """Answer finished rows and drop them, with cancelled ones; the last rows fill their slots."""
@@ -255,7 +257,7 @@ class Scheduler:
             resolve_future(update.future, result=None)
 
     def _fail_rows(self, error: BaseException) -> None:
-        self._pending = None  # its unfinished rows are among self._rows
+        self._pending = []  # their unfinished rows are among self._rows
         for request in self._rows:
             resolve_future(request.future, error=error)
         self._rows = []

@@ -66,9 +66,10 @@ class TransformersEngine:
     `fused_forward`: on CUDA, run Llama and Qwen2 models through the engine's own forward pass
     (`fused_decoder`: nine kernels a layer; its q/k/v and gate/up parameters become views of
     packed matrices). False runs transformers' modules, for comparison;
-    `overlap_decode`: launch each decode step before reading the previous one's tokens, so the
-    host's bookkeeping runs while the device computes (`pending_decode`); None: on CUDA only (on
-    CPU the forward itself runs on the host, so there is nothing to overlap).
+    `overlap_decode`: launch each decode step before reading the tokens of the passes before it,
+    so the host's bookkeeping and its next prefill pass's inputs are prepared while the device
+    computes (`pending_step`); None: on CUDA only (on CPU the forward itself runs on the host, so
+    there is nothing to overlap).
     The engine routes the model's attention through its own function (`slot_attention`);
     other forward calls on the model still compute plain SDPA attention.
     """

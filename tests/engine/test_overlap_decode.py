@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import asyncio
 
+import torch
+
 from agentrl.engine import FinishReason, SamplingParams, StepKind, TransformersEngine
+from agentrl.engine.pending_step import PendingStep, sample_sources
+from agentrl.engine.request import Request
 from tests.engine.conftest import tiny_qwen2
 from tests.engine.test_transformers_engine import MIXED, PROMPTS, assert_same_generations
 
 STOPPING = [
     SamplingParams(max_new_tokens=30, temperature=1.0, seed=i, stop_token_ids=[3, 17, 40]) for i in range(4)
 ]
+# Done at its prefill token: the decode step launched before that token is read computes one more, dropped.
+ONE_TOKEN = SamplingParams(max_new_tokens=1, temperature=1.0, seed=5)
 
 
 async def generate(model, prompts, params, **engine_kwargs):
@@ -29,12 +35,13 @@ async def generate(model, prompts, params, **engine_kwargs):
 
 
 async def test_overlapped_decoding_samples_and_records_what_step_by_step_decoding_does(any_tiny_model):
-    prompts, params = PROMPTS + PROMPTS, MIXED + STOPPING
+    prompts, params = PROMPTS + PROMPTS + [[4, 5, 6]], MIXED + STOPPING + [ONE_TOKEN]
     # A one-token prefill budget admits one request per iteration: rows join a running batch.
     plain = await generate(any_tiny_model, prompts, params, max_prefill_tokens=1, overlap_decode=False)
     overlapped = await generate(any_tiny_model, prompts, params, max_prefill_tokens=1, overlap_decode=True)
     assert_same_generations(overlapped[0], plain[0])
     assert {g.finish_reason for g in plain[0]} == {FinishReason.STOP, FinishReason.LENGTH}
+    assert len(overlapped[0][-1].completion_ids) == 1
     # A row is recorded only in the decode steps whose token it kept: one per token after the first.
     generations, records, stats = overlapped
     for request_id, generation in enumerate(generations):
@@ -49,3 +56,14 @@ async def test_overlapped_decoding_with_the_prefix_cache_matches_it_without_over
     plain = await generate(tiny_qwen2(), [prompt] * 4, params, overlap_decode=False)
     overlapped = await generate(tiny_qwen2(), [prompt] * 4, params, overlap_decode=True)
     assert_same_generations(overlapped[0], plain[0])
+
+
+def test_a_row_feeds_on_the_sample_of_the_last_pending_pass_that_computed_it():
+    first, second, third, fourth = (Request.__new__(Request) for _ in range(4))  # identity is all that counts
+    picked = torch.zeros((2, 2), dtype=torch.float64)
+    pending = [
+        PendingStep.launch([first, second], picked, first_sample=0, decode=True),
+        PendingStep.launch([third], picked[:, :1], first_sample=8 + 3, decode=False),  # a prefill into slot 3
+        PendingStep.launch([second, first], picked, first_sample=0, decode=True),
+    ]
+    assert sample_sources([first, second, third, fourth], pending) == [1, 0, 11, -1]
