@@ -37,10 +37,12 @@ class PrefixMatch:
     num_tokens: int  # len(block_ids) * block_size
 
 
-@dataclass
-class _Block:
-    block_id: int  # index into the pool
-    node_id: int  # unique over the cache's life; the parent key of the next block
+# A cached block: (index into the pool, node id), the node id unique over the cache's life and the
+# parent key of the next block. Plain tuples of ints, as the keys are, so the garbage collector
+# stops tracking them after its first passes: tens of thousands of cached blocks add nothing to a
+# full collection's pause, which stops every thread of the process, the scheduler's included.
+_Block = tuple[int, int]
+_BLOCK_ID, _NODE_ID = 0, 1
 
 
 class PrefixCache:
@@ -85,7 +87,7 @@ class PrefixCache:
             if block is None:
                 break
             path.append((key, block))
-            parent = block.node_id
+            parent = block[_NODE_ID]
         return path
 
     def lookup(self, token_ids: list[int]) -> PrefixMatch:
@@ -93,7 +95,7 @@ class PrefixCache:
         path = self._path(token_ids)
         for key, _ in reversed(path):  # leaf first, so parents end up the more recent
             self._blocks.move_to_end(key)
-        block_ids = [block.block_id for _, block in path]
+        block_ids = [block[_BLOCK_ID] for _, block in path]
         return PrefixMatch(block_ids, len(block_ids) * self.block_size)
 
     def peek(self, token_ids: list[int]) -> int:
@@ -131,16 +133,16 @@ class PrefixCache:
     def _add_blocks(self, token_ids: list[int], protected: set[int]) -> list[tuple[int, int]]:
         """Enter the uncached full blocks of `token_ids`; returns (block id, first position) of each."""
         path = self._path(token_ids)
-        parent = path[-1][1].node_id if path else _ROOT
+        parent = path[-1][1][_NODE_ID] if path else _ROOT
         keys, added = [key for key, _ in path], []
-        protected |= {block.block_id for _, block in path}
+        protected |= {block[_BLOCK_ID] for _, block in path}
         num_full = len(token_ids) // self.block_size
         for start in range(len(path) * self.block_size, num_full * self.block_size, self.block_size):
             block_id = self._allocate(protected)
             if block_id is None:  # every block is protected: nothing left to evict
                 break
             key = (parent, tuple(token_ids[start : start + self.block_size]))
-            self._blocks[key] = _Block(block_id, self._next_node_id)
+            self._blocks[key] = (block_id, self._next_node_id)
             parent, self._next_node_id = self._next_node_id, self._next_node_id + 1
             protected.add(block_id)
             keys.append(key)
@@ -171,8 +173,8 @@ class PrefixCache:
         """A free block, evicting the least recently used unprotected one if none is free."""
         if self._free:
             return self._free.pop()
-        for key, block in self._blocks.items():
-            if block.block_id not in protected:
+        for key, (block_id, _) in self._blocks.items():
+            if block_id not in protected:
                 del self._blocks[key]
-                return block.block_id
+                return block_id
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 import torch
@@ -35,6 +36,17 @@ def test_only_full_blocks_of_an_identical_prefix_are_found():
     assert cache.peek(PROMPT[:7]) == 4
     assert cache.peek([3, 1, 4, 2] + PROMPT[4:]) == 0  # a different first block hides the second
     assert cache.insert_from_slots([(PROMPT + [8, 8], 0)]) == 1  # only the new third block is stored
+
+
+def test_cached_blocks_leave_the_garbage_collectors_watch():
+    # A full collection walks every object it tracks while every thread waits: tens of thousands
+    # of cached blocks must not add to it.
+    cache = cache_of(num_blocks=8)
+    cache.insert_from_slots([(PROMPT, 0), (PROMPT[4:] + [8, 8, 8, 8], 1)])
+    gc.collect()  # a tuple is untracked by the first collection that finds only untracked items in it:
+    gc.collect()  # a key's tuple of tokens by the first, the key itself by the second
+    entries = [*cache._blocks.keys(), *cache._blocks.values()]
+    assert len(entries) == 2 * 4 and not any(gc.is_tracked(entry) for entry in entries)
 
 
 def test_a_hit_copies_the_cached_keys_and_values_into_another_slot():
