@@ -139,7 +139,6 @@ class Scheduler:
         self.stats.num_prefix_cached_tokens += sum(cached_lengths)
         computed = inputs.write_index.numel() if self.runner.packed_prefill else inputs.input_ids.numel()
         self._record(StepKind.PREFILL, requests, num_tokens=computed)
-        self._retire_rows()
         return computed
 
     def _reuse_prefixes(self, requests: list[Request], first_slot: int) -> list[int]:
