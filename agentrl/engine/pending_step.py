@@ -6,7 +6,7 @@ it launches decode step N+1 before reading step N's tokens, feeding each row of 
 previous token straight from the device, and a prefill pass's first tokens are read only after
 the decode step that continues them is launched, so the host prepares the next pass while the
 device still computes this one. Each pass leaves its samples in the runner's sample buffer;
-`sample_index` says where each of its rows' sample is.
+`sample_sources` says where each row finds its latest one.
 """
 
 from __future__ import annotations

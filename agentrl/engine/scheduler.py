@@ -3,7 +3,8 @@
 Each iteration drops cancelled requests, applies a weight update once no row runs on the old
 weights, prefills admitted requests (`admission` decides which, within the row and token
 budgets) and runs one decode step for every running row. Row i owns slot i of the runner's
-slot storage: a finished row is answered at once, and the last rows move into the holes.
+slot storage: a finished row is answered once its last token is read (`pending_step`), and the
+last rows move into the holes.
 Anything a forward pass raises fails the rows it touched; the thread keeps serving.
 """
 
@@ -139,6 +140,8 @@ class Scheduler:
         self.stats.num_prefix_cached_tokens += sum(cached_lengths)
         computed = inputs.write_index.numel() if self.runner.packed_prefill else inputs.input_ids.numel()
         self._record(StepKind.PREFILL, requests, num_tokens=computed)
+        # No row is retired (and no row moves) before this iteration's decode step is launched: a
+        # moved row would look for its unread first token where the next pass writes its own.
         return computed
 
     def _reuse_prefixes(self, requests: list[Request], first_slot: int) -> list[int]:
@@ -161,8 +164,10 @@ class Scheduler:
         next passes while the device computes them.
         """
         self._pending.append(self._launch_decode())
-        decodes = [index for index, step in enumerate(self._pending) if step.decode]
-        done = len(self._pending) if not self.overlap_decode else decodes[-2] + 1 if len(decodes) > 1 else 0
+        done = len(self._pending)
+        if self.overlap_decode:  # up to the previous decode step, if any
+            decodes = [index for index, step in enumerate(self._pending) if step.decode]
+            done = decodes[-2] + 1 if len(decodes) > 1 else 0
         for step in self._pending[:done]:
             self._finish(step)
         del self._pending[:done]
