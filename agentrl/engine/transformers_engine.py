@@ -130,7 +130,7 @@ class TransformersEngine:
                 block_size=prefix_block_size,
                 budget_bytes=min(prefix_cache_bytes, useful_bytes),
             )
-        self._seed_source = torch.Generator().manual_seed(seed)
+        self._seed_source = random.Random(seed)  # seeds of requests that bring none
         self._request_ids = itertools.count()
         # Orders submissions: request ids and seeds follow it, and nothing follows a shutdown.
         self._submit_lock = threading.Lock()
@@ -172,7 +172,7 @@ class TransformersEngine:
             self._check_open()
             seed = sampling.seed
             if seed is None:
-                seed = int(torch.randint(0, 2**62, (), generator=self._seed_source))
+                seed = self._seed_source.getrandbits(62)
             request = Request(
                 request_id=next(self._request_ids),
                 prompt_ids=list(prompt_ids),
