@@ -91,7 +91,8 @@ class HoldAt:
 
 async def group_with_a_row_cancelled_mid_iteration(cancel: bool, overlap_decode: bool) -> list:
     """Rows 1-4 join a running row in one iteration of two prefill passes; row 1 may be cancelled
-    during the first, which then retires it and moves a row whose first token is still unread."""
+    during the first, while row 2's first token is still unread (retiring row 1 there would move
+    row 2 and give its slot, and that slot's sample entry, to the second pass)."""
     shared, other = list(range(1, 21)), list(range(30, 50))
     params = [SamplingParams(max_new_tokens=6, temperature=1.0, seed=seed) for seed in range(4)]
     first_pass = (StepKind.PREFILL, (1, 2))  # the group's leader and the other prompt; then the rest
