@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -15,22 +16,37 @@ PROMPT = [1, 2, 3, 4, 5]
 GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0)
 
 
-class StepGate:
-    """An `on_step` observer that holds the scheduler after a chosen decode step until released."""
+Steps = list[tuple[StepKind, tuple[int, ...]]]
 
-    def __init__(self, hold_after_decode: int) -> None:
-        self.records: list[tuple[StepKind, tuple[int, ...]]] = []
-        self.hold_after_decode = hold_after_decode
+
+class StepGate:
+    """An `on_step` observer that records every step and holds the scheduler at each step `when`
+    picks (given the steps so far, the current one last) until released."""
+
+    def __init__(self, when: Callable[[Steps], bool]) -> None:
+        self.records: Steps = []
+        self.when = when
         self.reached, self.released = threading.Event(), threading.Event()
+
+    @classmethod
+    def after_decode(cls, count: int) -> StepGate:
+        """Holds once, at the `count`-th decode step."""
+        return cls(
+            lambda steps: (
+                steps[-1][0] is StepKind.DECODE and [k for k, _ in steps].count(StepKind.DECODE) == count
+            )
+        )
 
     def __call__(self, record) -> None:
         self.records.append((record.kind, record.request_ids))
-        if sum(kind is StepKind.DECODE for kind, _ in self.records) == self.hold_after_decode:
+        if self.when(self.records):
             self.reached.set()
             self.released.wait(timeout=60)
+            self.released.clear()
 
     async def wait_reached(self) -> None:
         await asyncio.to_thread(self.reached.wait, 60)
+        self.reached.clear()
 
 
 async def greedy_alone(model) -> list[int]:
@@ -45,7 +61,7 @@ async def test_a_weight_update_waits_for_running_requests_and_later_requests_use
     old_model, new_model = tiny_qwen2(seed=0), tiny_qwen2(seed=1)
     expected_old, expected_new = await greedy_alone(old_model), await greedy_alone(new_model)
     assert expected_old != expected_new
-    gate = StepGate(hold_after_decode=1)
+    gate = StepGate.after_decode(1)
     async with TransformersEngine(
         tiny_qwen2(seed=0), [], on_step=gate, overlap_decode=overlap_decode
     ) as engine:
@@ -108,7 +124,7 @@ async def test_an_error_inside_the_scheduler_reaches_every_waiting_caller_and_th
 
 @pytest.mark.parametrize("overlap_decode", [False, True])
 async def test_a_cancelled_request_leaves_the_batch_at_the_next_step(overlap_decode):
-    gate = StepGate(hold_after_decode=2)
+    gate = StepGate.after_decode(2)
     async with TransformersEngine(tiny_qwen2(), [], on_step=gate, overlap_decode=overlap_decode) as engine:
         doomed = asyncio.create_task(engine.generate(PROMPT, SamplingParams(max_new_tokens=50)))
         await gate.wait_reached()
@@ -130,7 +146,7 @@ async def test_a_cancelled_request_leaves_the_batch_at_the_next_step(overlap_dec
 
 
 async def test_closing_fails_running_requests_and_refuses_new_ones():
-    gate = StepGate(hold_after_decode=1)
+    gate = StepGate.after_decode(1)
     engine = TransformersEngine(tiny_qwen2(), [], on_step=gate)
     running = asyncio.create_task(engine.generate(PROMPT, SamplingParams(max_new_tokens=50)))
     await gate.wait_reached()
@@ -148,7 +164,7 @@ async def test_closing_fails_running_requests_and_refuses_new_ones():
 async def test_hundreds_of_concurrent_callers_share_forward_passes():
     max_new = [1 + i % 6 for i in range(200)]
     prompts = [[1 + i % 50, 2 + i % 7, 3] for i in range(200)]
-    gate = StepGate(hold_after_decode=1)
+    gate = StepGate.after_decode(1)
     async with TransformersEngine(tiny_qwen2(), [], max_batch_size=64, on_step=gate) as engine:
         # A first request holds the scheduler until all 200 callers have queued theirs.
         first = asyncio.create_task(engine.generate(PROMPT, SamplingParams(max_new_tokens=3)))

@@ -8,7 +8,6 @@ tests of `test_engine_lifecycle` run with and without it.
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from agentrl.engine import FinishReason, SamplingParams, StepKind, TransformersE
 from agentrl.engine.pending_step import PendingStep, sample_sources
 from agentrl.engine.request import Request
 from tests.engine.conftest import tiny_qwen2
+from tests.engine.test_engine_lifecycle import StepGate
 from tests.engine.test_transformers_engine import MIXED, PROMPTS, assert_same_generations
 
 STOPPING = [
@@ -71,24 +71,6 @@ def test_a_row_feeds_on_the_sample_of_the_last_pending_pass_that_computed_it():
     assert sample_sources([first, second, third, fourth], pending) == [1, 0, 11, -1]
 
 
-class HoldAt:
-    """An `on_step` observer that holds the scheduler at the records `when` picks, until released."""
-
-    def __init__(self, when) -> None:
-        self.when = when
-        self.reached, self.released = threading.Event(), threading.Event()
-
-    def __call__(self, record) -> None:
-        if self.when(record):
-            self.reached.set()
-            self.released.wait(timeout=60)
-            self.released.clear()
-
-    async def hold(self) -> None:
-        await asyncio.to_thread(self.reached.wait, 60)
-        self.reached.clear()
-
-
 async def group_with_a_row_cancelled_mid_iteration(cancel: bool, overlap_decode: bool) -> list:
     """Rows 1-4 join a running row in one iteration of two prefill passes; row 1 may be cancelled
     during the first, while row 2's first token is still unread (retiring row 1 there would move
@@ -96,18 +78,18 @@ async def group_with_a_row_cancelled_mid_iteration(cancel: bool, overlap_decode:
     shared, other = list(range(1, 21)), list(range(30, 50))
     params = [SamplingParams(max_new_tokens=6, temperature=1.0, seed=seed) for seed in range(4)]
     first_pass = (StepKind.PREFILL, (1, 2))  # the group's leader and the other prompt; then the rest
-    gate = HoldAt(lambda r: r.kind is StepKind.DECODE or (r.kind, r.request_ids) == first_pass)
+    gate = StepGate(lambda steps: steps[-1][0] is StepKind.DECODE or steps[-1] == first_pass)
     async with TransformersEngine(tiny_qwen2(), [], on_step=gate, overlap_decode=overlap_decode) as engine:
         running = asyncio.create_task(engine.generate([5, 6, 7], SamplingParams(max_new_tokens=40)))
-        await gate.hold()  # at its first decode step: the next four arrive together
+        await gate.wait_reached()  # at its first decode step: the next four arrive together
         leader, *rest = [
             asyncio.create_task(engine.generate(prompt, p))
             for prompt, p in zip([shared, other, shared, shared], params, strict=True)
         ]
         await asyncio.sleep(0)
-        gate.when = lambda r: (r.kind, r.request_ids) == first_pass
+        gate.when = lambda steps: steps[-1] == first_pass
         gate.released.set()
-        await gate.hold()
+        await gate.wait_reached()
         if cancel:
             leader.cancel()
             await asyncio.sleep(0)  # lets the cancellation reach the request
