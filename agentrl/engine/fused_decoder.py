@@ -6,9 +6,12 @@ reads the same parameters and runs each layer as nine kernels: RMSNorm with the 
 one packed q/k/v projection, rotary embedding with the key/value store, attention, the output
 projection, RMSNorm with the residual add, one packed gate/up projection, SiLU-and-multiply, and
 the down projection. In a decode step rotary, the store and attention are one kernel
-(`decode_attention.rotate_store_and_attend`): eight a layer. The q/k/v and gate/up weights are packed once into one matrix each, and the
-model's own parameters become views of it, so a weight update copied into the model's
-parameters (`update_weights`) reaches the packed matrices with no extra step.
+(`decode_attention.rotate_store_and_attend`): eight a layer. A decode step's down projection
+(a few rows against a wide input) is a split-K product whose float32 partials the next RMSNorm
+sums (`fused_kernels.split_k_linear`), where cuBLAS would sum its own splits in a kernel more.
+The q/k/v and gate/up weights are packed once into one matrix each, and the model's own
+parameters become views of it, so a weight update copied into the model's parameters
+(`update_weights`) reaches the packed matrices with no extra step.
 
 Served: Llama and Qwen2 (model_type `llama`, `qwen2`) with SiLU MLPs. Rotary embeddings come from
 the model's own `rotary_emb` module, so every RoPE variant it supports is applied as it applies it.
@@ -25,7 +28,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from agentrl.engine.decode_attention import rotate_store_and_attend
-from agentrl.engine.fused_kernels import add_rms_norm, rotary_store, silu_and_multiply
+from agentrl.engine.fused_kernels import add_rms_norm, rotary_store, silu_and_multiply, split_k_linear
 from agentrl.engine.model_setup import fused_forward_unsupported, pack_linears
 from agentrl.engine.packed_prefill import PackedPrefill
 from agentrl.engine.prefill_attention import prefill_attention
@@ -35,6 +38,9 @@ from agentrl.engine.step_inputs import StepInputs
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """(qkv [tokens, (heads + 2 * kv_heads) * dim], cos, sin [tokens, dim], one layer's keys, values
 [slots, kv_heads, capacity, dim]) -> [tokens, heads, dim]: rotary, the key/value store and attention."""
+
+DOWN_SPLITS = 4  # partial products of a decode step's down projection
+MAX_SPLIT_ROWS = 256  # decode steps of up to this many rows split it (faster at 16-256 rows, H200)
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,13 @@ class FusedDecoder:
         self.scale = attention.scaling
         self.eps = decoder.norm.variance_epsilon
         self.layers = [self._pack(layer) for layer in decoder.layers]
+        down = decoder.layers[0].mlp.down_proj
+        # Half precision only: its products can keep float32 partials; float32 models stay exact as they are.
+        self.split_down = (
+            down.bias is None
+            and down.in_features % DOWN_SPLITS == 0
+            and down.weight.dtype in (torch.bfloat16, torch.float16)
+        )
 
     @staticmethod
     def _pack(layer: torch.nn.Module) -> PackedLayer:
@@ -91,7 +104,9 @@ class FusedDecoder:
             keys, values = keys[rows, :, columns], values[rows, :, columns]
             return rotate_store_and_attend(qkv, cos, sin, keys, values, lengths, self.scale, self.num_heads)
 
-        hidden, residual = self._layers(inputs.input_ids.reshape(-1), inputs.write_positions, attend, storage)
+        down_splits = DOWN_SPLITS if self.split_down and rows.stop <= MAX_SPLIT_ROWS else 1
+        token_ids = inputs.input_ids.reshape(-1)
+        hidden, residual = self._layers(token_ids, inputs.write_positions, attend, storage, down_splits)
         return self._logits(hidden, residual)
 
     def prefill(self, packed: PackedPrefill, storage: SlotKVCache) -> torch.Tensor:
@@ -102,13 +117,14 @@ class FusedDecoder:
             queries = rotary_store(qkv, cos, sin, keys, values, slots, positions, self.num_heads)
             return prefill_attention(queries, keys, values, packed.tiles, self.scale)
 
-        hidden, residual = self._layers(token_ids, positions, attend, storage)
+        hidden, residual = self._layers(token_ids, positions, attend, storage, down_splits=1)
         return self._logits(hidden[packed.last_tokens], residual[packed.last_tokens])
 
     def _layers(
-        self, token_ids: Tensor, positions: Tensor, attend: Attention, storage: SlotKVCache
+        self, token_ids: Tensor, positions: Tensor, attend: Attention, storage: SlotKVCache, down_splits: int
     ) -> tuple[Tensor, Tensor]:
-        """(hidden, residual) [tokens, hidden] after every decoder layer."""
+        """(hidden, residual) after every decoder layer; hidden [tokens, hidden], or the last down
+        projection's float32 partials [down_splits, tokens, hidden] when `down_splits` > 1."""
         hidden = self.embed_tokens(token_ids)  # [tokens, hidden]
         cos, sin = self.rotary_embedding(hidden, positions[None])
         residual = None
@@ -119,7 +135,11 @@ class FusedDecoder:
             hidden = layer.output_projection(attended.view(qkv.shape[0], -1))
             normed, residual = add_rms_norm(hidden, residual, layer.post_norm, self.eps)
             gate_up = F.linear(normed, layer.gate_up_weight, layer.gate_up_bias)
-            hidden = layer.down_projection(silu_and_multiply(gate_up))
+            activated = silu_and_multiply(gate_up)
+            if down_splits > 1:  # summed by the next add_rms_norm
+                hidden = split_k_linear(activated, layer.down_projection.weight, down_splits)
+            else:
+                hidden = layer.down_projection(activated)
         return hidden, residual
 
     def _logits(self, hidden: Tensor, residual: Tensor) -> Tensor:

@@ -1,4 +1,4 @@
-"""Inference stage, fused decoder-layer kernels on CUDA: RMSNorm, rotary + KV store, gated MLP.
+"""Inference stage, fused decoder-layer kernels on CUDA: RMSNorm (also over split-K partials), rotary + KV store, gated MLP.
 
 Eager, a decoder layer runs each of these as a chain of elementwise passes (RMSNorm alone is
 six); in a decode step of a small model those launches, not the bytes they move, set the time.
@@ -17,14 +17,20 @@ import triton.language as tl
 
 @triton.jit
 def _add_rms_norm(
-    hidden, residual, weight, normed, residual_out, eps, num_features,
-    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+    hidden, residual, weight, normed, residual_out, eps, num_tokens, num_features,
+    HAS_RESIDUAL: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     columns = tl.arange(0, BLOCK)
     in_row = columns < num_features
     offsets = row * num_features + columns
-    summed = tl.load(hidden + offsets, mask=in_row, other=0.0)
+    if SPLITS > 0:  # float32 partial products, summed in split order and rounded as the product's output
+        product = tl.load(hidden + offsets, mask=in_row, other=0.0)
+        for split in tl.static_range(1, SPLITS):
+            product += tl.load(hidden + split * num_tokens * num_features + offsets, mask=in_row, other=0.0)
+        summed = product.to(residual.dtype.element_ty)
+    else:
+        summed = tl.load(hidden + offsets, mask=in_row, other=0.0)
     if HAS_RESIDUAL:
         summed = summed + tl.load(residual + offsets, mask=in_row, other=0.0)  # rounded as eager's add
         tl.store(residual_out + offsets, summed, mask=in_row)
@@ -40,16 +46,37 @@ def add_rms_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(RMSNorm(hidden + residual) * weight, hidden + residual) for `hidden` [tokens, features].
 
-    With no residual (the first layer) the sum is `hidden` itself.
+    With no residual (the first layer) the sum is `hidden` itself. `hidden` may also be the
+    float32 partial products [splits, tokens, features] of `split_k_linear`: they are summed and
+    rounded to the residual's dtype first, where a linear layer would have rounded its output.
     """
-    num_tokens, num_features = hidden.shape
-    normed = torch.empty_like(hidden)
-    summed = torch.empty_like(hidden) if residual is not None else hidden
+    splits = hidden.shape[0] if hidden.dim() == 3 else 0
+    num_tokens, num_features = hidden.shape[-2:]
+    assert not splits or (residual is not None and hidden.is_contiguous())
+    dtype = residual.dtype if splits else hidden.dtype
+    normed = torch.empty((num_tokens, num_features), dtype=dtype, device=hidden.device)
+    summed = torch.empty_like(normed) if residual is not None else hidden
     _add_rms_norm[(num_tokens,)](
-        hidden, residual if residual is not None else hidden, weight, normed, summed, eps, num_features,
-        HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(num_features),
+        hidden, residual if residual is not None else hidden, weight, normed, summed, eps, num_tokens, num_features,
+        HAS_RESIDUAL=residual is not None, SPLITS=splits, BLOCK=triton.next_power_of_2(num_features),
     )  # fmt: skip
     return normed, summed
+
+
+def split_k_linear(x: torch.Tensor, weight: torch.Tensor, splits: int) -> torch.Tensor:
+    """`x @ weight.T` as `splits` float32 partial products [splits, tokens, out_features], for `add_rms_norm`.
+
+    Each split multiplies one slice of the input features: one batched product, whose partials the
+    next RMSNorm sums. A few rows against a wide input is where cuBLAS splits the inner dimension
+    itself and sums the splits in a kernel of its own; this leaves that sum to a kernel that runs anyway.
+    """
+    num_tokens, in_features = x.shape
+    out_features = weight.shape[0]
+    assert in_features % splits == 0 and weight.is_contiguous()
+    width = in_features // splits
+    inputs = x.view(num_tokens, splits, width).transpose(0, 1)  # [splits, tokens, width]
+    weights = weight.view(out_features, splits, width).permute(1, 2, 0)  # [splits, width, out_features]
+    return torch.bmm(inputs, weights, out_dtype=torch.float32)
 
 
 ROTARY_TOKENS = 32  # tokens per program of `rotary_store`

@@ -118,3 +118,24 @@ def test_a_small_prefill_pass_replayed_from_a_graph_gives_the_eager_passs_logits
     torch.testing.assert_close(graphed, eager, atol=1e-5, rtol=0)
     for got, expected in zip(graphed_cache, eager_cache, strict=True):
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+def test_a_split_k_product_summed_by_the_next_norm_rounds_as_one_linear_layer():
+    from agentrl.engine.fused_kernels import add_rms_norm, split_k_linear
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    activations = torch.randn((48, 4864), generator=generator, device="cuda").bfloat16()
+    weight = (torch.randn((896, 4864), generator=generator, device="cuda") / 70).bfloat16()
+    residual = torch.randn((48, 896), generator=generator, device="cuda").bfloat16()
+    norm_weight = (1 + torch.randn(896, generator=generator, device="cuda") / 10).bfloat16()
+    normed, summed = add_rms_norm(split_k_linear(activations, weight, splits=4), residual, norm_weight, 1e-6)
+    # The exact product, rounded to bf16 as a linear layer's output, then added in bf16; a float32 sum
+    # of partials may round to a bf16 neighbour of the exact product, and the sum again.
+    product = (activations.double() @ weight.double().T).bfloat16()
+    expected = product + residual
+    one_bf16_step = 2.0**-7  # relative
+    bound = one_bf16_step * (product.float().abs() + expected.float().abs())
+    assert ((summed.float() - expected.float()).abs() <= bound).all()
+    assert (summed != expected).float().mean() < 0.01  # nearly every element rounds the same
+    # The norm of the summed partials is the norm of that sum, as the kernel computes it for any input.
+    assert torch.equal(normed, add_rms_norm(summed, None, norm_weight, 1e-6)[0])
