@@ -133,7 +133,7 @@ class ModelRunner:
         packed = PackedPrefill.of(inputs)
         if self.prefill_graphs is not None and self.prefill_graphs.serves(packed):
             return self.prefill_graphs.run(packed)
-        return self._fused_prefill(packed.to(self.device))
+        return self._fused_prefill(packed.aligned().to(self.device))
 
     def sample_prefill(
         self, logits: torch.Tensor, sampling: RowSampling, first_slot: int

@@ -20,6 +20,7 @@ import torch
 from agentrl.engine.step_inputs import StepInputs
 
 TILE_TOKENS = 64  # query tokens of one row per prefill-attention program
+TOKEN_ALIGNMENT = 16  # `aligned` pads a pass to a multiple of this many tokens
 SLOTS = 1  # the row of `PackedPrefill.per_token` that holds slots
 
 
@@ -68,6 +69,19 @@ class PackedPrefill:
         last_tokens = torch.zeros(num_rows, dtype=torch.int64)
         last_tokens[: self.num_rows] = self.last_tokens
         return PackedPrefill(per_token, tiles, last_tokens)
+
+    def aligned(self) -> PackedPrefill:
+        """The same pass padded to a multiple of `TOKEN_ALIGNMENT` tokens.
+
+        Triton compiles a kernel again for each new alignment of its integer and pointer arguments
+        (a token count divisible by 16 or not; per-token fields of `flat` at 16-byte offsets or not),
+        which stalls the engine for a few hundred milliseconds in the middle of a run. Aligned, a
+        pass of any length runs the kernels compiled for the first.
+        """
+        num_tokens = -(-self.num_tokens // TOKEN_ALIGNMENT) * TOKEN_ALIGNMENT
+        if num_tokens == self.num_tokens:
+            return self
+        return self.pad(num_tokens, self.tiles.shape[0], self.num_rows)
 
     def flat(self) -> torch.Tensor:
         """Every field in one int64 vector (per token, tiles, last tokens), for a single copy."""

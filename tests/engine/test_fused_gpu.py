@@ -139,3 +139,24 @@ def test_a_split_k_product_summed_by_the_next_norm_rounds_as_one_linear_layer():
     assert (summed != expected).float().mean() < 0.01  # nearly every element rounds the same
     # The norm of the summed partials is the norm of that sum, as the kernel computes it for any input.
     assert torch.equal(normed, add_rms_norm(summed, None, norm_weight, 1e-6)[0])
+
+
+def test_prefill_passes_of_any_length_reuse_the_kernels_the_first_pass_compiled(monkeypatch):
+    import triton
+
+    engine = TransformersEngine(tiny_qwen2(), [], device="cuda", cuda_graphs=False)  # every pass eager
+    runner = engine.runner
+    compiled = []
+    with torch.inference_mode():  # as on the engine's scheduler thread
+        runner.grow_slots(64)
+        runner.prefill(prefill_inputs([[3] * 37], [0], first_slot=0), first_slot=0)
+        monkeypatch.setattr(
+            triton.knobs.runtime, "jit_cache_hook", lambda **call: compiled.append(call["repr"])
+        )
+        # Token counts odd, even and divisible by 16; one row, several, and a single token.
+        for lengths in ([38], [48], [5, 11], [1], [16, 16, 1]):
+            prompts = [[3] * length for length in lengths]
+            runner.prefill(prefill_inputs(prompts, [0] * len(prompts), first_slot=0), first_slot=0)
+        torch.cuda.synchronize()
+    asyncio.run(engine.close())
+    assert compiled == []  # a compile would stall a running engine for a few hundred milliseconds

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from agentrl.engine.packed_prefill import TILE_TOKENS, PackedPrefill
+from agentrl.engine.packed_prefill import TILE_TOKENS, TOKEN_ALIGNMENT, PackedPrefill
 from agentrl.engine.prefill_graphs import power_of_two_at_least
 from agentrl.engine.step_inputs import prefill_inputs
 
@@ -39,6 +39,18 @@ def test_padding_adds_unstored_tokens_empty_tiles_and_rows_that_read_token_zero(
     assert padded.per_token.tolist() == [[5, 6, 7, 0, 0], [1, 1, 2, -1, -1], [0, 1, 0, 0, 0]]
     assert padded.tiles.tolist() == [[1, 0, 2, 0], [2, 2, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
     assert padded.last_tokens.tolist() == [1, 2, 0, 0]
+
+
+def test_an_aligned_pass_is_padded_to_whole_alignment_steps_with_its_tiles_and_rows_unchanged():
+    packed = PackedPrefill.of(prefill_inputs([[5] * 9, [6] * 12], [0, 2], first_slot=0))  # 19 tokens
+    aligned = packed.aligned()
+    assert aligned.num_tokens == 2 * TOKEN_ALIGNMENT == 32
+    assert aligned.per_token[:, :19].tolist() == packed.per_token.tolist()
+    assert aligned.per_token[:, 19:].tolist() == [[0] * 13, [-1] * 13, [0] * 13]  # token 0, never stored
+    assert aligned.tiles.tolist() == packed.tiles.tolist() == [[0, 0, 9, 0], [1, 9, 10, 2]]
+    assert aligned.last_tokens.tolist() == packed.last_tokens.tolist() == [8, 18]
+    already = PackedPrefill.of(prefill_inputs([[7] * TOKEN_ALIGNMENT], [0], first_slot=3))
+    assert already.aligned() is already
 
 
 def test_the_flat_vector_holds_every_field_and_views_give_them_back():
