@@ -40,7 +40,7 @@ Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, to
 [slots, kv_heads, capacity, dim]) -> [tokens, heads, dim]: rotary, the key/value store and attention."""
 
 DOWN_SPLITS = 4  # partial products of a decode step's down projection
-MAX_SPLIT_ROWS = 256  # decode steps of up to this many rows split it (faster at 16-256 rows, H200)
+MAX_SPLIT_ROWS = 256  # decode steps of up to this many rows split it (measured faster at 16-256 rows)
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,8 @@ import triton
 import triton.language as tl
 
 
-@triton.jit(
-    do_not_specialize=["num_tokens"]
-)  # one kernel for every pass and step: see `PackedPrefill.aligned`
+# One compiled kernel for every token count (`PackedPrefill.aligned` says why that matters).
+@triton.jit(do_not_specialize=["num_tokens"])
 def _add_rms_norm(
     hidden, residual, weight, normed, residual_out, eps, num_tokens, num_features,
     HAS_RESIDUAL: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr,
