@@ -15,6 +15,10 @@ parameters become views of it, so a weight update copied into the model's parame
 
 Served: Llama and Qwen2 (model_type `llama`, `qwen2`) with SiLU MLPs. Rotary embeddings come from
 the model's own `rotary_emb` module, so every RoPE variant it supports is applied as it applies it.
+Where cos and sin depend on the position alone (every type but dynamic and LongRoPE scaling, which
+follow the longest position in the batch), that module runs once for every position of the slot
+storage and a pass looks its positions up in the table: one kernel where the module launches about
+nine. Each entry is the value the module gives that position in any batch.
 """
 
 from __future__ import annotations
@@ -76,6 +80,9 @@ class FusedDecoder:
         self.scale = attention.scaling
         self.eps = decoder.norm.variance_epsilon
         self.layers = [self._pack(layer) for layer in decoder.layers]
+        rope_type = getattr(self.rotary_embedding, "rope_type", None)
+        self.rotary_by_position = isinstance(rope_type, str) and rope_type not in ("dynamic", "longrope")
+        self._rotary_table = torch.empty(0)  # [positions, 2, head_dim]: cos and sin of each slot position
         down = decoder.layers[0].mlp.down_proj
         # Half precision only: its products can keep float32 partials; float32 models stay exact as they are.
         self.split_down = (
@@ -126,12 +133,12 @@ class FusedDecoder:
         """(hidden, residual) after every decoder layer; hidden [tokens, hidden], or the last down
         projection's float32 partials [down_splits, tokens, hidden] when `down_splits` > 1."""
         hidden = self.embed_tokens(token_ids)  # [tokens, hidden]
-        cos, sin = self.rotary_embedding(hidden, positions[None])
+        cos, sin = self.rotary(hidden, positions, storage.capacity)
         residual = None
         for index, layer in enumerate(self.layers):
             normed, residual = add_rms_norm(hidden, residual, layer.input_norm, self.eps)
             qkv = F.linear(normed, layer.qkv_weight, layer.qkv_bias)
-            attended = attend(qkv, cos[0], sin[0], storage.keys[index], storage.values[index])
+            attended = attend(qkv, cos, sin, storage.keys[index], storage.values[index])
             hidden = layer.output_projection(attended.view(qkv.shape[0], -1))
             normed, residual = add_rms_norm(hidden, residual, layer.post_norm, self.eps)
             gate_up = F.linear(normed, layer.gate_up_weight, layer.gate_up_bias)
@@ -141,6 +148,18 @@ class FusedDecoder:
             else:
                 hidden = layer.down_projection(activated)
         return hidden, residual
+
+    def rotary(self, hidden: Tensor, positions: Tensor, capacity: int) -> tuple[Tensor, Tensor]:
+        """(cos, sin) [tokens, head_dim] at `positions` (each below `capacity`), in `hidden`'s dtype."""
+        if not self.rotary_by_position:
+            cos, sin = self.rotary_embedding(hidden, positions[None])
+            return cos[0], sin[0]
+        if self._rotary_table.shape[0] < capacity:  # a pass before any graph capture at this capacity
+            every = torch.arange(capacity, device=positions.device)
+            cos, sin = self.rotary_embedding(hidden, every[None])
+            self._rotary_table = torch.stack([cos[0], sin[0]], dim=1)
+        both = self._rotary_table[positions]
+        return both[:, 0], both[:, 1]
 
     def _logits(self, hidden: Tensor, residual: Tensor) -> Tensor:
         normed, _ = add_rms_norm(hidden, residual, self.final_norm.weight, self.eps)

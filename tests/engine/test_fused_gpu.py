@@ -7,6 +7,7 @@ import asyncio
 import pytest
 import torch
 import torch.nn.functional as F
+from transformers import Qwen2ForCausalLM
 
 from agentrl.engine import SamplingParams, TransformersEngine
 from agentrl.engine.packed_prefill import PackedPrefill
@@ -160,3 +161,33 @@ def test_prefill_passes_of_any_length_reuse_the_kernels_the_first_pass_compiled(
         torch.cuda.synchronize()
     asyncio.run(engine.close())
     assert compiled == []  # a compile would stall a running engine for a few hundred milliseconds
+
+
+@pytest.mark.parametrize("make_model", [tiny_qwen2, tiny_llama])
+def test_rotary_looked_up_by_position_is_the_models_own_rotary_embedding(make_model):
+    from agentrl.engine.fused_decoder import FusedDecoder
+
+    model = make_model().to(device="cuda", dtype=torch.bfloat16)
+    decoder = FusedDecoder(model)
+    assert decoder.rotary_by_position
+    hidden = torch.zeros((6, model.config.hidden_size), device="cuda", dtype=torch.bfloat16)
+    for positions, capacity in (([0, 5, 95, 17, 5, 64], 96), ([100, 5, 127, 0, 3, 96], 128)):  # then grown
+        positions = torch.tensor(positions, device="cuda")
+        cos, sin = decoder.rotary(hidden, positions, capacity)
+        expected_cos, expected_sin = model.model.rotary_emb(hidden, positions[None])
+        assert torch.equal(cos, expected_cos[0]) and torch.equal(sin, expected_sin[0])
+
+
+def test_rotary_scaled_by_the_longest_position_is_computed_for_each_pass():
+    from agentrl.engine.fused_decoder import FusedDecoder
+
+    config = tiny_qwen2().config
+    config.rope_parameters = {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}
+    model = Qwen2ForCausalLM(config).to(device="cuda", dtype=torch.bfloat16)
+    decoder = FusedDecoder(model)
+    assert not decoder.rotary_by_position
+    hidden = torch.zeros((3, config.hidden_size), device="cuda", dtype=torch.bfloat16)
+    positions = torch.tensor([3, 200, 7], device="cuda")  # past max_position_embeddings: scaled
+    cos, sin = decoder.rotary(hidden, positions, capacity=256)
+    expected_cos, expected_sin = model.model.rotary_emb(hidden, positions[None])
+    assert torch.equal(cos, expected_cos[0]) and torch.equal(sin, expected_sin[0])
