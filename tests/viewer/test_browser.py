@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.viewer.run_dirs import STEP_1, write_jsonl
@@ -16,10 +16,20 @@ def texts(browser, selector: str) -> list[str]:
 
 
 def navigate(browser, element) -> None:
-    """Click `element` and wait until the next page has replaced this one."""
-    page = browser.find_element(By.TAG_NAME, "html")
+    """Click `element` and wait until the next page has loaded in place of this one.
+
+    The page being left is marked by a script variable, which the next page does not have. While
+    the document is being replaced, the driver's calls can fail in several ways (a stale node, a
+    node that "does not belong to the document", a script context that is gone): each only means
+    that the next page is not there yet.
+    """
+    browser.execute_script("window.pageBeingLeft = true")
     element.click()
-    WebDriverWait(browser, 15).until(staleness_of(page))
+    WebDriverWait(browser, 15, ignored_exceptions=(WebDriverException,)).until(
+        lambda driver: driver.execute_script(
+            "return window.pageBeingLeft === undefined && document.readyState === 'complete'"
+        )
+    )
 
 
 def click_link(browser, text: str) -> None:
