@@ -8,7 +8,7 @@ projection, RMSNorm with the residual add, one packed gate/up projection, SiLU-a
 the down projection. In a decode step rotary, the store and attention are one kernel
 (`decode_attention.rotate_store_and_attend`): eight a layer. A decode step's down projection
 (a few rows against a wide input) is a split-K product whose float32 partials the next RMSNorm
-sums (`fused_kernels.split_k_linear`), where cuBLAS would sum its own splits in a kernel more.
+sums (`split_k_linear`), where cuBLAS would sum its own splits in a kernel more.
 The q/k/v and gate/up weights are packed once into one matrix each, and the model's own
 parameters become views of it, so a weight update copied into the model's parameters
 (`update_weights`) reaches the packed matrices with no extra step.
@@ -32,7 +32,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from agentrl.engine.decode_attention import rotate_store_and_attend
-from agentrl.engine.fused_kernels import add_rms_norm, rotary_store, silu_and_multiply, split_k_linear
+from agentrl.engine.fused_kernels import add_rms_norm, rotary_store, silu_and_multiply
 from agentrl.engine.model_setup import fused_forward_unsupported, pack_linears
 from agentrl.engine.packed_prefill import PackedPrefill
 from agentrl.engine.prefill_attention import prefill_attention
@@ -45,6 +45,22 @@ Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, to
 
 DOWN_SPLITS = 4  # partial products of a decode step's down projection
 MAX_SPLIT_ROWS = 256  # decode steps of up to this many rows split it (measured faster at 16-256 rows)
+
+
+def split_k_linear(x: torch.Tensor, weight: torch.Tensor, splits: int) -> torch.Tensor:
+    """`x @ weight.T` as `splits` float32 partial products [splits, tokens, out_features], for `add_rms_norm`.
+
+    Each split multiplies one slice of the input features: one batched product, whose partials the
+    next RMSNorm sums. A few rows against a wide input is where cuBLAS splits the inner dimension
+    itself and sums the splits in a kernel of its own; this leaves that sum to a kernel that runs anyway.
+    """
+    num_tokens, in_features = x.shape
+    out_features = weight.shape[0]
+    assert in_features % splits == 0 and weight.is_contiguous()
+    width = in_features // splits
+    inputs = x.view(num_tokens, splits, width).transpose(0, 1)  # [splits, tokens, width]
+    weights = weight.view(out_features, splits, width).permute(1, 2, 0)  # [splits, width, out_features]
+    return torch.bmm(inputs, weights, out_dtype=torch.float32)
 
 
 @dataclass(frozen=True)

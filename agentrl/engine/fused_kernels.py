@@ -48,7 +48,7 @@ def add_rms_norm(
     """(RMSNorm(hidden + residual) * weight, hidden + residual) for `hidden` [tokens, features].
 
     With no residual (the first layer) the sum is `hidden` itself. `hidden` may also be the
-    float32 partial products [splits, tokens, features] of `split_k_linear`: they are summed and
+    float32 partial products [splits, tokens, features] of `fused_decoder.split_k_linear`: they are summed and
     rounded to the residual's dtype first, where a linear layer would have rounded its output.
     """
     splits = hidden.shape[0] if hidden.dim() == 3 else 0
@@ -62,22 +62,6 @@ def add_rms_norm(
         HAS_RESIDUAL=residual is not None, SPLITS=splits, BLOCK=triton.next_power_of_2(num_features),
     )  # fmt: skip
     return normed, summed
-
-
-def split_k_linear(x: torch.Tensor, weight: torch.Tensor, splits: int) -> torch.Tensor:
-    """`x @ weight.T` as `splits` float32 partial products [splits, tokens, out_features], for `add_rms_norm`.
-
-    Each split multiplies one slice of the input features: one batched product, whose partials the
-    next RMSNorm sums. A few rows against a wide input is where cuBLAS splits the inner dimension
-    itself and sums the splits in a kernel of its own; this leaves that sum to a kernel that runs anyway.
-    """
-    num_tokens, in_features = x.shape
-    out_features = weight.shape[0]
-    assert in_features % splits == 0 and weight.is_contiguous()
-    width = in_features // splits
-    inputs = x.view(num_tokens, splits, width).transpose(0, 1)  # [splits, tokens, width]
-    weights = weight.view(out_features, splits, width).permute(1, 2, 0)  # [splits, width, out_features]
-    return torch.bmm(inputs, weights, out_dtype=torch.float32)
 
 
 ROTARY_TOKENS = 32  # tokens per program of `rotary_store`

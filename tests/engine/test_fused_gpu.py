@@ -122,7 +122,8 @@ def test_a_small_prefill_pass_replayed_from_a_graph_gives_the_eager_passs_logits
 
 
 def test_a_split_k_product_summed_by_the_next_norm_rounds_as_one_linear_layer():
-    from agentrl.engine.fused_kernels import add_rms_norm, split_k_linear
+    from agentrl.engine.fused_decoder import split_k_linear
+    from agentrl.engine.fused_kernels import add_rms_norm
 
     generator = torch.Generator(device="cuda").manual_seed(0)
     activations = torch.randn((48, 4864), generator=generator, device="cuda").bfloat16()
