@@ -11,11 +11,14 @@ the same random-weight model:
 - baseline: transformers `generate()`, one static left-padded batch of all episodes per turn
   (each batch runs to its longest budget; only the requested tokens count as output).
 
+Each engine runs a warm-up round with other seeds first; with `--repeats N` it then times N
+rounds, each from an empty prefix cache, and reports the median one.
+
 The memory roofline is that of the cached engine's decode steps (see engine_throughput.py).
 
 CPU:  python benchmarks/engine_multiturn.py --model tiny --device cpu
 GPU:  python benchmarks/engine_multiturn.py --model qwen2.5-0.5b --device cuda --dtype bfloat16 \
-          --num-requests 256 --prompt-tokens 64 512 --new-tokens 64 256
+          --num-requests 256 --prompt-tokens 64 512 --new-tokens 64 256 --repeats 5
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from engine_throughput import (
     build_parser,
     engine_kwargs,
     kv_positions_read,
+    median_round,
     print_roofline,
     profiler_of,
     roofline_of,
@@ -108,36 +112,48 @@ async def run_engine(
                 )
             )
 
-        # Warm-up with other seeds: kernels and CUDA graph buckets; then a fresh prefix cache.
+        name = f"engine, prefix cache {'on' if prefix_cache else 'off'}"
+
+        async def timed_round(record: bool) -> tuple[Measurement, int, int]:
+            """(the round, its prompt tokens, those read from the prefix cache), from an empty cache."""
+            if engine.prefix_cache is not None:
+                engine.prefix_cache.clear()
+            synchronize(args.device)
+            stats = engine.stats
+            passes, decodes = stats.num_prefill_steps + stats.num_decode_steps, stats.num_decode_steps
+            prompt_tokens, cached_tokens = stats.num_prompt_tokens, stats.num_prefix_cached_tokens
+            start = time.perf_counter()
+            output_tokens = await run_once(seed=args.seed, record=record)
+            synchronize(args.device)
+            seconds = time.perf_counter() - start
+            assert output_tokens == sum(map(sum, episodes.new_tokens)), (
+                "EOS is disabled: every turn fills its budget"
+            )
+            measurement = Measurement(
+                name, len(episodes.first_prompts) * len(episodes.new_tokens[0]), output_tokens, seconds,
+                stats.num_prefill_steps + stats.num_decode_steps - passes, stats.num_decode_steps - decodes,
+            )  # fmt: skip
+            return (
+                measurement,
+                stats.num_prompt_tokens - prompt_tokens,
+                stats.num_prefix_cached_tokens - cached_tokens,
+            )
+
+        # Warm-up with other seeds: kernels and CUDA graph buckets; each timed round starts from an
+        # empty prefix cache and runs the same episodes.
         await run_once(seed=10**6)
-        if engine.prefix_cache is not None:
-            engine.prefix_cache.clear()
-        synchronize(args.device)
-        before = engine.stats.num_prefill_steps + engine.stats.num_decode_steps, engine.stats.num_decode_steps
-        prompt_before = engine.stats.num_prompt_tokens, engine.stats.num_prefix_cached_tokens
-        start = time.perf_counter()
-        output_tokens = await run_once(seed=args.seed, record=True)
-        synchronize(args.device)
-        seconds = time.perf_counter() - start
-        num_passes = engine.stats.num_prefill_steps + engine.stats.num_decode_steps - before[0]
-        num_decodes = engine.stats.num_decode_steps - before[1]
-        prompt_tokens = engine.stats.num_prompt_tokens - prompt_before[0]
-        cached_tokens = engine.stats.num_prefix_cached_tokens - prompt_before[1]
+        rounds = [await timed_round(record=index == 0) for index in range(args.repeats)]
         if (profiler := profiler_of(args)) is not None:  # the same episodes again, on an emptied prefix cache
             if engine.prefix_cache is not None:
                 engine.prefix_cache.clear()
             with profiler as region:
                 await run_once(seed=args.seed)
-            print(f"engine, prefix cache {'on' if prefix_cache else 'off'}, the episodes once more:")
+            print(f"{name}, the episodes once more:")
             print(format_profile(region.result))
-    assert output_tokens == sum(map(sum, episodes.new_tokens)), "EOS is disabled: every turn fills its budget"
-    name = f"engine, prefix cache {'on' if prefix_cache else 'off'}"
+    _, prompt_tokens, cached_tokens = rounds[0]
     print(f"{name}: {cached_tokens:,} of {prompt_tokens:,} prompt tokens read from the prefix cache "
           f"({cached_tokens / prompt_tokens:.1%})")  # fmt: skip
-    measurement = Measurement(
-        name, len(transcript.new_tokens), output_tokens, seconds, num_passes, num_decodes
-    )
-    return measurement, transcript
+    return median_round([measurement for measurement, _, _ in rounds]), transcript
 
 
 def run_static_generate(model: PreTrainedModel, episodes: Episodes, args) -> Measurement:

@@ -3,7 +3,8 @@
 Requests get varied prompt lengths and varied numbers of new tokens (EOS disabled, so each
 produces exactly its budget). Measured in the same run, on the same random-weight model:
 
-- engine: every request submitted at once to `TransformersEngine` (continuous batching);
+- engine: every request submitted at once to `TransformersEngine` (continuous batching), after a
+  warm-up round; with `--repeats N`, N timed rounds, the median one reported;
 - baseline: one request at a time through `model.generate()` (a subset of the requests,
   since the rate of a sequential loop does not depend on how many requests it runs);
 - optionally, a reference: all requests as one static left-padded `model.generate()` batch,
@@ -16,7 +17,7 @@ summed over the decode steps the engine actually ran.
 
 CPU:  python benchmarks/engine_throughput.py --model tiny --device cpu
 GPU:  python benchmarks/engine_throughput.py --model qwen2.5-0.5b --device cuda --dtype bfloat16 \
-          --num-requests 256 --prompt-tokens 64 512 --new-tokens 64 256 --static-reference
+          --num-requests 256 --prompt-tokens 64 512 --new-tokens 64 256 --repeats 5 --static-reference
 """
 
 from __future__ import annotations
@@ -166,28 +167,43 @@ async def run_engine(model: PreTrainedModel, workload: Workload, args: argparse.
                 ]
             )
 
+        async def timed_round() -> Measurement:
+            passes_before = engine.stats.num_prefill_steps + engine.stats.num_decode_steps
+            decodes_before = engine.stats.num_decode_steps
+            start = time.perf_counter()
+            generations = await run_once()
+            synchronize(args.device)
+            seconds = time.perf_counter() - start
+            output_tokens = sum(len(g.completion_ids) for g in generations)
+            assert output_tokens == sum(workload.new_tokens), (
+                "EOS is disabled: every request must fill its budget"
+            )
+            num_passes = engine.stats.num_prefill_steps + engine.stats.num_decode_steps - passes_before
+            num_decodes = engine.stats.num_decode_steps - decodes_before
+            name = "engine (continuous batching)"
+            return Measurement(name, len(generations), output_tokens, seconds, num_passes, num_decodes)
+
         # Warm-up: the whole workload once, so kernels, the allocator and every CUDA graph bucket
-        # it needs are ready before the timed run.
+        # it needs are ready before the timed rounds.
         await run_once()
         synchronize(args.device)
-        passes_before = engine.stats.num_prefill_steps + engine.stats.num_decode_steps
-        decodes_before = engine.stats.num_decode_steps
-        start = time.perf_counter()
-        generations = await run_once()
-        synchronize(args.device)
-        seconds = time.perf_counter() - start
-        num_passes = engine.stats.num_prefill_steps + engine.stats.num_decode_steps - passes_before
-        num_decodes = engine.stats.num_decode_steps - decodes_before
+        rounds = [await timed_round() for _ in range(args.repeats)]
         if (profiler := profiler_of(args)) is not None:
             with profiler as region:
                 await run_once()
             print(f"engine, the workload once more:\n{format_profile(region.result)}")
         await time_weight_sync(engine, model)
-    output_tokens = sum(len(g.completion_ids) for g in generations)
-    assert output_tokens == sum(workload.new_tokens), "EOS is disabled: every request must fill its budget"
-    return Measurement(
-        "engine (continuous batching)", len(generations), output_tokens, seconds, num_passes, num_decodes
-    )
+    return median_round(rounds)
+
+
+def median_round(rounds: list[Measurement]) -> Measurement:
+    """The round of median time (of two middle ones, the slower); with several, prints every round's speed."""
+    if len(rounds) > 1:
+        speeds = ", ".join(f"{m.tokens_per_second:,.0f}" for m in rounds)
+        print(
+            f"{rounds[0].name}: {len(rounds)} timed rounds at {speeds} tokens/s; the median round is reported"
+        )
+    return sorted(rounds, key=lambda m: m.seconds)[len(rounds) // 2]
 
 
 async def time_weight_sync(engine: TransformersEngine, model: PreTrainedModel) -> None:
@@ -255,6 +271,13 @@ def profiler_of(args: argparse.Namespace) -> Profiled | None:
     return Profiled(torch.device(args.device), host_stacks=args.profile_host)
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
 def build_parser(description: str) -> argparse.ArgumentParser:
     """The flags both engine benchmarks share."""
     parser = argparse.ArgumentParser(description=description)
@@ -284,6 +307,13 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--prefill-interval", type=int, default=1, help="engine: decode steps between admissions"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=1,
+        help="engine: timed rounds after the warm-up round, each the whole workload; the median round is "
+        "reported and every round's tokens/s printed (baselines run once)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the measurements to this file")

@@ -48,3 +48,31 @@ def test_multi_turn_benchmark_profiles_both_engine_runs_without_changing_what_it
     assert any(line.startswith("ratio prefix cache on / static generate(): ") for line in profiled)
     assert len([line for line in profiled if line.startswith("profile: ")]) == 2
     assert len([line for line in plain if line.startswith("profile: ")]) == 0
+
+
+def test_repeated_rounds_report_the_median_round_of_the_engine_and_print_every_round():
+    lines = run_benchmark("engine_throughput.py", "--repeats", "3")
+    rounds = [line for line in lines if line.startswith("engine (continuous batching): 3 timed rounds at ")]
+    assert len(rounds) == 1
+    speeds = sorted(float(s.replace(",", "")) for s in re.findall(r"[\d,]+(?=[,;] | tokens/s)", rounds[0]))
+    assert len(speeds) == 3
+    engine_row = next(line for line in lines if line.startswith("engine (continuous batching) "))
+    reported = float(engine_row.split()[-4])  # "... <seconds> s <tokens/s> tokens/s <passes> passes"
+    assert abs(reported - speeds[1]) <= 0.5 + 1e-3 * speeds[1]  # the printed speeds are rounded
+    multi = run_benchmark("engine_multiturn.py", "--repeats", "2")
+    for state in ("on", "off"):
+        assert (
+            sum(line.startswith(f"engine, prefix cache {state}: 2 timed rounds at ") for line in multi) == 1
+        )
+    cached = next(
+        line for line in multi if line.startswith("engine, prefix cache on: ") and "read from" in line
+    )
+    assert cached == next(
+        line for line in run_benchmark("engine_multiturn.py") if line.startswith("engine, prefix cache on: ")
+    )  # each round starts from an empty cache: what it reads from it does not change with repeats
+
+
+def test_a_repeat_count_below_one_is_refused_by_name():
+    command = [sys.executable, str(REPO_ROOT / "benchmarks" / "engine_throughput.py"), "--repeats", "0"]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert completed.returncode == 2 and "--repeats: must be 1 or more, got 0" in completed.stderr
