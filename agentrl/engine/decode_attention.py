@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 from agentrl.engine.attention_blocks import fold_block
+from agentrl.engine.dependent_launch import launch_options, wait_for_previous
 from agentrl.engine.fused_kernels import rotate_halves
 
 BLOCK_KEYS = 64  # keys per inner iteration
@@ -45,9 +46,10 @@ def _split_attention(
     q_row, q_head, k_row, k_head, k_pos, v_row, v_head, v_pos, o_row, o_head, o_split, l_row, l_head, cos_row,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HALF_PAD: tl.constexpr,
     HEAD_PAD: tl.constexpr, BLOCK: tl.constexpr, STORE_LSE: tl.constexpr, ROTARY: tl.constexpr,
-    PRECISION: tl.constexpr,
+    PRECISION: tl.constexpr, DEPENDENT: tl.constexpr,
 ):  # fmt: skip
     row, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    wait_for_previous(DEPENDENT)
     num_kv_heads = tl.num_programs(1)
     half: tl.constexpr = HEAD_DIM // 2
     length = tl.load(lengths + row)
@@ -137,8 +139,10 @@ def _split_attention(
 def _merge_splits(
     partial_out, partial_lse, out, lengths, num_splits, o_row, o_head, o_split, l_row, l_head,
     HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr, BLOCK: tl.constexpr,
+    DEPENDENT: tl.constexpr,
 ):  # fmt: skip
     row, head = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    wait_for_previous(DEPENDENT)
     splits = tl.arange(0, SPLITS_PAD)
     dims = tl.arange(0, HEAD_PAD)
     length = tl.load(lengths + row)
@@ -190,18 +194,20 @@ def rotate_store_and_attend(
     lengths: torch.Tensor,
     scale: float,
     num_heads: int,
+    dependent: bool = False,
 ) -> torch.Tensor:
     """`decode_attention` straight from the packed q/k/v projection of each row's new token.
 
     `qkv` [rows, (heads + 2 * kv_heads) * dim]; `cos`/`sin` [rows, dim] the rotary embedding at
     each row's new position, `lengths[row] - 1`. Rotates the queries and the new key, stores the
     new key and value at that position of the row's `keys`/`values`, and attends over positions
-    0..lengths[row]-1: one kernel where rotary-and-store and attention took two.
+    0..lengths[row]-1: one kernel where rotary-and-store and attention took two. `dependent`:
+    `qkv` comes from the engine Triton kernel just before (`dependent_launch`).
     """
     head_dim = keys.shape[3]
     assert qkv.stride(1) == 1 and qkv.shape[1] == (num_heads + 2 * keys.shape[1]) * head_dim
     rotary = (cos, sin)
-    return _attend(qkv, qkv.stride(0), head_dim, num_heads, keys, values, lengths, scale, rotary)
+    return _attend(qkv, qkv.stride(0), head_dim, num_heads, keys, values, lengths, scale, rotary, dependent)
 
 
 def _attend(
@@ -214,6 +220,7 @@ def _attend(
     lengths: torch.Tensor,
     scale: float,
     rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+    dependent: bool = False,
 ) -> torch.Tensor:
     num_rows = query.shape[0]
     num_kv_heads, capacity, head_dim = keys.shape[1], keys.shape[2], keys.shape[3]
@@ -240,6 +247,7 @@ def _attend(
         STORE_LSE=num_splits > 1, ROTARY=rotary is not None, num_stages=NUM_STAGES,
         num_warps=num_warps_for(head_dim),
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",  # float32 stays exact; bf16 ignores it
+        **launch_options(query.device, dependent),
     )  # fmt: skip
     if num_splits > 1:
         _merge_splits[(num_rows, num_heads)](
@@ -247,5 +255,6 @@ def _attend(
             partial_out.stride(2), partial_lse.stride(0), partial_lse.stride(1),
             HEAD_DIM=head_dim, HEAD_PAD=triton.next_power_of_2(head_dim),
             SPLITS_PAD=triton.next_power_of_2(num_splits), BLOCK=BLOCK_KEYS,
+            **launch_options(query.device, dependent=True),  # right after the split kernel
         )  # fmt: skip
     return out

@@ -6,7 +6,9 @@ reads the same parameters and runs each layer as nine kernels: RMSNorm with the 
 one packed q/k/v projection, rotary embedding with the key/value store, attention, the output
 projection, RMSNorm with the residual add, one packed gate/up projection, SiLU-and-multiply, and
 the down projection. In a decode step rotary, the store and attention are one kernel
-(`decode_attention.rotate_store_and_attend`): eight a layer. A decode step's down projection
+(`decode_attention.rotate_store_and_attend`): eight a layer. A decode step of a small model runs
+its q/k/v and output projections as the engine's own products (`decode_linear`), so that the
+kernels on either side start while the one before drains (`dependent_launch`). Its down projection
 (a few rows against a wide input) is a split-K product whose float32 partials the next RMSNorm
 sums (`split_k_linear`), where cuBLAS would sum its own splits in a kernel more.
 The q/k/v and gate/up weights are packed once into one matrix each, and the model's own
@@ -23,6 +25,7 @@ nine. Each entry is the value the module gives that position in any batch.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,6 +35,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from agentrl.engine.decode_attention import rotate_store_and_attend
+from agentrl.engine.decode_linear import decode_linear, runs_in_triton
 from agentrl.engine.fused_kernels import add_rms_norm, rotary_store, silu_and_multiply
 from agentrl.engine.model_setup import fused_forward_unsupported, pack_linears
 from agentrl.engine.packed_prefill import PackedPrefill
@@ -122,14 +126,19 @@ class FusedDecoder:
         assert inputs.write_index is None, "a decode step: one new token per row"
         rows, lengths = slice(0, inputs.input_ids.shape[0]), inputs.write_positions + 1
         columns = slice(0, inputs.key_length)  # a graph's: all of the storage (rows read their own keys)
+        after_own_kernel = runs_in_triton(rows.stop, self.layers[0].qkv_weight)  # else after cuBLAS's
 
         def attend(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor) -> Tensor:
             keys, values = keys[rows, :, columns], values[rows, :, columns]
-            return rotate_store_and_attend(qkv, cos, sin, keys, values, lengths, self.scale, self.num_heads)
+            return rotate_store_and_attend(
+                qkv, cos, sin, keys, values, lengths, self.scale, self.num_heads, dependent=after_own_kernel
+            )
 
         down_splits = DOWN_SPLITS if self.split_down and rows.stop <= MAX_SPLIT_ROWS else 1
         token_ids = inputs.input_ids.reshape(-1)
-        hidden, residual = self._layers(token_ids, inputs.write_positions, attend, storage, down_splits)
+        hidden, residual = self._layers(
+            token_ids, inputs.write_positions, attend, storage, down_splits, decode=True
+        )
         return self._logits(hidden, residual)
 
     def prefill(self, packed: PackedPrefill, storage: SlotKVCache) -> torch.Tensor:
@@ -140,23 +149,39 @@ class FusedDecoder:
             queries = rotary_store(qkv, cos, sin, keys, values, slots, positions, self.num_heads)
             return prefill_attention(queries, keys, values, packed.tiles, self.scale)
 
-        hidden, residual = self._layers(token_ids, positions, attend, storage, down_splits=1)
+        hidden, residual = self._layers(token_ids, positions, attend, storage, down_splits=1, decode=False)
         return self._logits(hidden[packed.last_tokens], residual[packed.last_tokens])
 
     def _layers(
-        self, token_ids: Tensor, positions: Tensor, attend: Attention, storage: SlotKVCache, down_splits: int
+        self,
+        token_ids: Tensor,
+        positions: Tensor,
+        attend: Attention,
+        storage: SlotKVCache,
+        down_splits: int,
+        decode: bool,
     ) -> tuple[Tensor, Tensor]:
         """(hidden, residual) after every decoder layer; hidden [tokens, hidden], or the last down
-        projection's float32 partials [down_splits, tokens, hidden] when `down_splits` > 1."""
+        projection's float32 partials [down_splits, tokens, hidden] when `down_splits` > 1.
+
+        A decode step runs its q/k/v and output projections through `decode_linear`, and launches
+        the kernels right after the engine's own kernels dependently (`dependent_launch`).
+        """
         hidden = self.embed_tokens(token_ids)  # [tokens, hidden]
         cos, sin = self.rotary(hidden, positions, storage.capacity)
+        num_tokens = token_ids.shape[0]
+        project = functools.partial(decode_linear, dependent=True) if decode else F.linear
         residual = None
         for index, layer in enumerate(self.layers):
             normed, residual = add_rms_norm(hidden, residual, layer.input_norm, self.eps)
-            qkv = F.linear(normed, layer.qkv_weight, layer.qkv_bias)
+            qkv = project(normed, layer.qkv_weight, layer.qkv_bias)
             attended = attend(qkv, cos, sin, storage.keys[index], storage.values[index])
-            hidden = layer.output_projection(attended.view(qkv.shape[0], -1))
-            normed, residual = add_rms_norm(hidden, residual, layer.post_norm, self.eps)
+            output = layer.output_projection
+            hidden = project(attended.view(num_tokens, -1), output.weight, output.bias)
+            after_own_kernel = decode and runs_in_triton(num_tokens, output.weight)
+            normed, residual = add_rms_norm(
+                hidden, residual, layer.post_norm, self.eps, dependent=after_own_kernel
+            )
             gate_up = F.linear(normed, layer.gate_up_weight, layer.gate_up_bias)
             activated = silu_and_multiply(gate_up)
             if down_splits > 1:  # summed by the next add_rms_norm

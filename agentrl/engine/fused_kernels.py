@@ -14,14 +14,17 @@ import torch
 import triton
 import triton.language as tl
 
+from agentrl.engine.dependent_launch import launch_options, wait_for_previous
+
 
 # One compiled kernel for every token count (`PackedPrefill.aligned` says why that matters).
 @triton.jit(do_not_specialize=["num_tokens"])
 def _add_rms_norm(
     hidden, residual, weight, normed, residual_out, eps, num_tokens, num_features,
-    HAS_RESIDUAL: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr, DEPENDENT: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
+    wait_for_previous(DEPENDENT)
     columns = tl.arange(0, BLOCK)
     in_row = columns < num_features
     offsets = row * num_features + columns
@@ -43,13 +46,18 @@ def _add_rms_norm(
 
 
 def add_rms_norm(
-    hidden: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
+    hidden: torch.Tensor,
+    residual: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float,
+    dependent: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(RMSNorm(hidden + residual) * weight, hidden + residual) for `hidden` [tokens, features].
 
     With no residual (the first layer) the sum is `hidden` itself. `hidden` may also be the
     float32 partial products [splits, tokens, features] of `fused_decoder.split_k_linear`: they are summed and
     rounded to the residual's dtype first, where a linear layer would have rounded its output.
+    `dependent`: `hidden` comes from the engine Triton kernel just before (`dependent_launch`).
     """
     splits = hidden.shape[0] if hidden.dim() == 3 else 0
     num_tokens, num_features = hidden.shape[-2:]
@@ -60,6 +68,7 @@ def add_rms_norm(
     _add_rms_norm[(num_tokens,)](
         hidden, residual if residual is not None else hidden, weight, normed, summed, eps, num_tokens, num_features,
         HAS_RESIDUAL=residual is not None, SPLITS=splits, BLOCK=triton.next_power_of_2(num_features),
+        **launch_options(hidden.device, dependent),
     )  # fmt: skip
     return normed, summed
 

@@ -1,0 +1,84 @@
+"""Inference stage, a decode step's q/k/v and output projections as Triton products, launched dependently.
+
+At decode these are at most a few hundred rows against a small weight (about 2 MB a layer at the
+0.5B shape): a few microseconds each, most of it start-up, and this kernel runs them 0.2-0.5 us
+faster than cuBLAS there. More to the point, it is one of the engine's own kernels, so the
+RMSNorm before it and the attention after it can each overlap its start and end through
+dependent launch (`dependent_launch`), which a cuBLAS kernel between them rules out. Larger
+weights and steps keep `F.linear`, and so do float32 models, whose float32 products this
+kernel's tensor-core dot would round.
+
+Triton is imported only by the engine's CUDA kernel modules, and those only on CUDA.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from agentrl.engine.dependent_launch import launch_options, wait_for_previous
+
+MAX_ROWS = 256  # larger steps keep cuBLAS: measured on the decode row buckets up to this many
+# Larger weights keep cuBLAS: at the 1.5B shape (4.7-6.3 MB) this kernel ran 0-1.2 us slower a product.
+MAX_WEIGHT_BYTES = 4 << 20
+BLOCK_OUT = 32  # output features per program: small weights need many programs to read them fast
+BLOCK_IN = 128  # input features per iteration
+NUM_STAGES = 4  # iterations' loads in flight
+
+
+@triton.jit
+def _linear(
+    x, weight, bias, out, num_rows, out_features, in_features, x_row,
+    HAS_BIAS: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_OUT: tl.constexpr, BLOCK_IN: tl.constexpr,
+    DEPENDENT: tl.constexpr,
+):  # fmt: skip
+    column_block, row_block = tl.program_id(0), tl.program_id(1)
+    wait_for_previous(DEPENDENT)
+    rows = row_block * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    columns = column_block * BLOCK_OUT + tl.arange(0, BLOCK_OUT)
+    inner = tl.arange(0, BLOCK_IN)
+    in_rows, in_columns = rows < num_rows, columns < out_features
+    x_at = x + rows[:, None] * x_row + inner[None, :]
+    weight_at = weight + columns[None, :] * in_features + inner[:, None]
+    product = tl.zeros((BLOCK_ROWS, BLOCK_OUT), tl.float32)
+    for start in range(0, in_features, BLOCK_IN):
+        in_inner = inner + start < in_features
+        inputs = tl.load(x_at, mask=in_rows[:, None] & in_inner[None, :], other=0.0)
+        weights = tl.load(weight_at, mask=in_columns[None, :] & in_inner[:, None], other=0.0)
+        product = tl.dot(inputs, weights, product)
+        x_at += BLOCK_IN
+        weight_at += BLOCK_IN
+    if HAS_BIAS:  # added to the float32 product and rounded once, as cuBLAS's bias epilogue does
+        product += tl.load(bias + columns, mask=in_columns, other=0.0).to(tl.float32)[None, :]
+    targets = out + rows[:, None] * out_features + columns[None, :]
+    tl.store(targets, product.to(out.dtype.element_ty), mask=in_rows[:, None] & in_columns[None, :])
+
+
+def runs_in_triton(num_rows: int, weight: torch.Tensor) -> bool:
+    """Whether `decode_linear` runs this product itself (else it calls `F.linear`)."""
+    small = weight.numel() * weight.element_size() <= MAX_WEIGHT_BYTES
+    return num_rows <= MAX_ROWS and small and weight.dtype in (torch.bfloat16, torch.float16)
+
+
+def decode_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dependent: bool = False
+) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` for `x` [rows, in_features] (rows may be strided); [rows, out_features].
+
+    `dependent`: `x` comes from the engine Triton kernel just before (`dependent_launch`).
+    """
+    if not runs_in_triton(x.shape[0], weight):
+        return F.linear(x, weight, bias)
+    num_rows, in_features = x.shape
+    out_features = weight.shape[0]
+    assert x.stride(1) == 1 and weight.is_contiguous()
+    out = torch.empty((num_rows, out_features), dtype=x.dtype, device=x.device)
+    block_rows = min(64, max(16, triton.next_power_of_2(num_rows)))
+    _linear[(triton.cdiv(out_features, BLOCK_OUT), triton.cdiv(num_rows, block_rows))](
+        x, weight, bias if bias is not None else weight, out, num_rows, out_features, in_features, x.stride(0),
+        HAS_BIAS=bias is not None, BLOCK_ROWS=block_rows, BLOCK_OUT=BLOCK_OUT, BLOCK_IN=BLOCK_IN,
+        num_warps=4, num_stages=NUM_STAGES, **launch_options(x.device, dependent),
+    )  # fmt: skip
+    return out

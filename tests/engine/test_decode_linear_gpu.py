@@ -1,0 +1,77 @@
+"""Decode-step projections in Triton, and kernels launched dependently, against cuBLAS and normal launches, on CUDA."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from agentrl.engine import SamplingParams, TransformersEngine
+from tests.engine.conftest import tiny_qwen2
+from tests.engine.test_transformers_engine import PROMPTS, assert_same_generations
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+@pytest.mark.parametrize("num_rows", [1, 16, 100, 256])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_the_decode_projection_is_a_float32_sum_rounded_once(num_rows, with_bias):
+    from agentrl.engine.decode_linear import decode_linear
+
+    generator = torch.Generator(device="cuda").manual_seed(num_rows)
+    wide = torch.randn((num_rows, 1200), generator=generator, device="cuda").to(torch.bfloat16)
+    x = wide[:, 100:996]  # rows strided, as a slice of the packed q/k/v output is
+    weight = (0.03 * torch.randn((1152, 896), generator=generator, device="cuda")).to(torch.bfloat16)
+    bias = torch.randn(1152, generator=generator, device="cuda").to(torch.bfloat16) if with_bias else None
+    got = decode_linear(x, weight, bias)
+    assert got.shape == (num_rows, 1152) and got.dtype == torch.bfloat16
+    # Within a bf16 step of the exact product, or of the float32 sum's own error where products cancel.
+    exact = x.double() @ weight.double().T + (bias.double() if with_bias else 0)
+    bound = 2.0**-7 * exact.abs() + 2.0**-14 * (x.double().abs() @ weight.double().abs().T)
+    excess = (got.double() - exact).abs() - bound
+    assert excess.max() <= 0, f"{(excess > 0).sum()} elements off by up to {excess.max():.3g} past the bound"
+    # A float32 product rounded once gives nearly every element exactly (sums in another order may differ).
+    rounded_once = F.linear(x.float(), weight.float(), bias.float() if with_bias else None).bfloat16()
+    assert (got == rounded_once).float().mean() > 0.99
+
+
+def test_float32_weights_large_weights_and_steps_past_the_largest_bucket_keep_cublas():
+    from agentrl.engine.decode_linear import MAX_ROWS, MAX_WEIGHT_BYTES, decode_linear, runs_in_triton
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    weight = torch.randn((64, 32), generator=generator, device="cuda")
+    x = torch.randn((8, 32), generator=generator, device="cuda")
+    assert torch.equal(decode_linear(x, weight, None), F.linear(x, weight))
+    half = weight.to(torch.bfloat16)
+    many = torch.randn((MAX_ROWS + 1, 32), generator=generator, device="cuda").to(torch.bfloat16)
+    assert torch.equal(decode_linear(many, half, None), F.linear(many, half))
+    large = torch.randn((MAX_WEIGHT_BYTES // (2 * 32) + 1, 32), generator=generator, device="cuda").bfloat16()
+    assert not runs_in_triton(8, large) and runs_in_triton(8, half) and not runs_in_triton(8, weight)
+    assert torch.equal(decode_linear(x.bfloat16(), large, None), F.linear(x.bfloat16(), large))
+
+
+async def generate_in_bfloat16() -> list:
+    params = [SamplingParams(max_new_tokens=30, temperature=1.0, seed=i) for i in range(len(PROMPTS))]
+    async with TransformersEngine(tiny_qwen2().to(torch.bfloat16), [], device="cuda") as engine:
+        return await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, params, strict=True)])
+
+
+def test_kernels_launched_dependently_in_step_graphs_sample_what_normal_launches_sample(monkeypatch):
+    from agentrl.engine import dependent_launch
+
+    cuda = torch.device("cuda")
+    hopper = torch.cuda.get_device_capability() >= (9, 0)
+    assert dependent_launch.launch_options(cuda, dependent=True) == {
+        "DEPENDENT": hopper,
+        "launch_pdl": hopper,
+    }
+    assert dependent_launch.launch_options(cuda, dependent=False) == {"DEPENDENT": False, "launch_pdl": False}
+    dependent = asyncio.run(generate_in_bfloat16())
+    monkeypatch.setattr(dependent_launch, "_supported", lambda device_index: False)
+    assert dependent_launch.launch_options(cuda, dependent=True) == {"DEPENDENT": False, "launch_pdl": False}
+    assert_same_generations(dependent, asyncio.run(generate_in_bfloat16()))
