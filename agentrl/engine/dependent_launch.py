@@ -20,7 +20,21 @@ import functools
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+try:  # Triton releases since mid-2025
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    _TRITON_HAS_DEPENDENT_LAUNCH = True
+except ImportError:  # older Triton: every kernel is launched normally, and these are never traced
+    _TRITON_HAS_DEPENDENT_LAUNCH = False
+
+    @triton.jit
+    def gdc_wait():
+        pass
+
+    @triton.jit
+    def gdc_launch_dependents():
+        pass
 
 
 @triton.jit
@@ -33,7 +47,7 @@ def wait_for_previous(DEPENDENT: tl.constexpr):
 
 @functools.cache
 def _supported(device_index: int) -> bool:
-    return torch.cuda.get_device_capability(device_index) >= (9, 0)
+    return _TRITON_HAS_DEPENDENT_LAUNCH and torch.cuda.get_device_capability(device_index) >= (9, 0)
 
 
 def launch_options(device: torch.device, dependent: bool) -> dict:
@@ -45,4 +59,4 @@ def launch_options(device: torch.device, dependent: bool) -> dict:
     probably releases its dependents early, and their programs then wait beside it).
     """
     on = dependent and _supported(device.index if device.index is not None else torch.cuda.current_device())
-    return {"DEPENDENT": on, "launch_pdl": on}
+    return {"DEPENDENT": True, "launch_pdl": True} if on else {"DEPENDENT": False}

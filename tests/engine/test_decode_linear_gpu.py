@@ -65,13 +65,12 @@ def test_kernels_launched_dependently_in_step_graphs_sample_what_normal_launches
     from agentrl.engine import dependent_launch
 
     cuda = torch.device("cuda")
+    normal = {"DEPENDENT": False}
+    dependent_options = {"DEPENDENT": True, "launch_pdl": True}
     hopper = torch.cuda.get_device_capability() >= (9, 0)
-    assert dependent_launch.launch_options(cuda, dependent=True) == {
-        "DEPENDENT": hopper,
-        "launch_pdl": hopper,
-    }
-    assert dependent_launch.launch_options(cuda, dependent=False) == {"DEPENDENT": False, "launch_pdl": False}
+    assert dependent_launch.launch_options(cuda, dependent=True) == (dependent_options if hopper else normal)
+    assert dependent_launch.launch_options(cuda, dependent=False) == normal
     dependent = asyncio.run(generate_in_bfloat16())
     monkeypatch.setattr(dependent_launch, "_supported", lambda device_index: False)
-    assert dependent_launch.launch_options(cuda, dependent=True) == {"DEPENDENT": False, "launch_pdl": False}
+    assert dependent_launch.launch_options(cuda, dependent=True) == normal
     assert_same_generations(dependent, asyncio.run(generate_in_bfloat16()))
