@@ -8,7 +8,8 @@ program of the kernel before it has passed `wait_for_previous`; it then blocks i
 calls it does so before it touches memory, so launching it this way changes when it is
 scheduled, never what it reads or writes. The wait also covers every kernel before the previous
 one (each waited for its own predecessor), and a kernel launched normally (cuBLAS, a torch
-operation) waits for everything ahead of it as always.
+operation) waits for everything ahead of it as always. Only a kernel launched dependently releases
+the next one early; after one launched normally, the next is scheduled when it completes.
 
 Triton is imported only by the engine's CUDA kernel modules, and those only on CUDA.
 """

@@ -126,12 +126,12 @@ class FusedDecoder:
         assert inputs.write_index is None, "a decode step: one new token per row"
         rows, lengths = slice(0, inputs.input_ids.shape[0]), inputs.write_positions + 1
         columns = slice(0, inputs.key_length)  # a graph's: all of the storage (rows read their own keys)
-        after_own_kernel = runs_in_triton(rows.stop, self.layers[0].qkv_weight)  # else after cuBLAS's
+        qkv_in_triton = runs_in_triton(rows.stop, self.layers[0].qkv_weight)  # else cuBLAS ran it
 
         def attend(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor) -> Tensor:
             keys, values = keys[rows, :, columns], values[rows, :, columns]
             return rotate_store_and_attend(
-                qkv, cos, sin, keys, values, lengths, self.scale, self.num_heads, dependent=after_own_kernel
+                qkv, cos, sin, keys, values, lengths, self.scale, self.num_heads, dependent=qkv_in_triton
             )
 
         down_splits = DOWN_SPLITS if self.split_down and rows.stop <= MAX_SPLIT_ROWS else 1
@@ -171,6 +171,7 @@ class FusedDecoder:
         cos, sin = self.rotary(hidden, positions, storage.capacity)
         num_tokens = token_ids.shape[0]
         project = functools.partial(decode_linear, dependent=True) if decode else F.linear
+        output_in_triton = decode and runs_in_triton(num_tokens, self.layers[0].output_projection.weight)
         residual = None
         for index, layer in enumerate(self.layers):
             normed, residual = add_rms_norm(hidden, residual, layer.input_norm, self.eps)
@@ -178,9 +179,8 @@ class FusedDecoder:
             attended = attend(qkv, cos, sin, storage.keys[index], storage.values[index])
             output = layer.output_projection
             hidden = project(attended.view(num_tokens, -1), output.weight, output.bias)
-            after_own_kernel = decode and runs_in_triton(num_tokens, output.weight)
             normed, residual = add_rms_norm(
-                hidden, residual, layer.post_norm, self.eps, dependent=after_own_kernel
+                hidden, residual, layer.post_norm, self.eps, dependent=output_in_triton
             )
             gate_up = F.linear(normed, layer.gate_up_weight, layer.gate_up_bias)
             activated = silu_and_multiply(gate_up)
