@@ -5,7 +5,8 @@ of a small model the GPU spends more time between those launches than in them. T
 reads the same parameters and runs each layer as nine kernels: RMSNorm with the residual add,
 one packed q/k/v projection, rotary embedding with the key/value store, attention, the output
 projection, RMSNorm with the residual add, one packed gate/up projection, SiLU-and-multiply, and
-the down projection. In a decode step rotary, the store and attention are one kernel
+the down projection; in a long prefill pass the gate/up projection stores only SiLU(gate) * up
+(`prefill_gate_up`), eight kernels. In a decode step rotary, the store and attention are one kernel
 (`decode_attention.rotate_store_and_attend`): eight a layer. A decode step of a small model runs
 its q/k/v and output projections as the engine's own products (`decode_linear`), so that the
 kernels on either side start while the one before drains (`dependent_launch`). Its down projection
@@ -36,10 +37,11 @@ from transformers import PreTrainedModel
 
 from agentrl.engine.decode_attention import rotate_store_and_attend
 from agentrl.engine.decode_linear import decode_linear, runs_in_triton
-from agentrl.engine.fused_kernels import add_rms_norm, rotary_store, silu_and_multiply
+from agentrl.engine.fused_kernels import add_rms_norm, rotary_store
 from agentrl.engine.model_setup import fused_forward_unsupported, pack_linears
 from agentrl.engine.packed_prefill import PackedPrefill
 from agentrl.engine.prefill_attention import prefill_attention
+from agentrl.engine.prefill_gate_up import gate_up_silu
 from agentrl.engine.slot_cache import SlotKVCache
 from agentrl.engine.step_inputs import StepInputs
 
@@ -182,8 +184,7 @@ class FusedDecoder:
             normed, residual = add_rms_norm(
                 hidden, residual, layer.post_norm, self.eps, dependent=output_in_triton
             )
-            gate_up = F.linear(normed, layer.gate_up_weight, layer.gate_up_bias)
-            activated = silu_and_multiply(gate_up)
+            activated = gate_up_silu(normed, layer.gate_up_weight, layer.gate_up_bias)
             if down_splits > 1:  # summed by the next add_rms_norm
                 hidden = split_k_linear(activated, layer.down_projection.weight, down_splits)
             else:
