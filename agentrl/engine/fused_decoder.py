@@ -45,9 +45,10 @@ from agentrl.engine.prefill_gate_up import gate_up_silu
 from agentrl.engine.slot_cache import SlotKVCache
 from agentrl.engine.step_inputs import StepInputs
 
-Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+Attention = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, bool], Tensor]
 """(qkv [tokens, (heads + 2 * kv_heads) * dim], cos, sin [tokens, dim], one layer's keys, values
-[slots, kv_heads, capacity, dim]) -> [tokens, heads, dim]: rotary, the key/value store and attention."""
+[slots, kv_heads, capacity, dim], last layer) -> [tokens, heads, dim]: rotary, the key/value store
+and attention; in a prefill pass's last layer, attention of each row's last token alone."""
 
 DOWN_SPLITS = 4  # partial products of a decode step's down projection
 MAX_SPLIT_ROWS = 256  # decode steps of up to this many rows split it (measured faster at 16-256 rows)
@@ -130,7 +131,7 @@ class FusedDecoder:
         columns = slice(0, inputs.key_length)  # a graph's: all of the storage (rows read their own keys)
         qkv_in_triton = runs_in_triton(rows.stop, self.layers[0].qkv_weight)  # else cuBLAS ran it
 
-        def attend(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+        def attend(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor, last: bool) -> Tensor:
             keys, values = keys[rows, :, columns], values[rows, :, columns]
             return rotate_store_and_attend(
                 qkv, cos, sin, keys, values, lengths, self.scale, self.num_heads, dependent=qkv_in_triton
@@ -144,15 +145,26 @@ class FusedDecoder:
         return self._logits(hidden, residual)
 
     def prefill(self, packed: PackedPrefill, storage: SlotKVCache) -> torch.Tensor:
-        """Logits [rows, vocab] of each row's last token; stores every token's key/value (`packed` on the device)."""
+        """Logits [rows, vocab] of each row's last token; stores every token's key/value (`packed` on the device).
+
+        Only the last tokens' logits are read, so the last layer stops the other tokens once their
+        keys and values are stored: its attention, output projection and MLP take a token a row.
+        """
         token_ids, slots, positions = packed.per_token
+        last_tokens = packed.last_tokens
+        # A tile of one token a row: slot, first packed token, tokens, first position (`PackedPrefill.tiles`).
+        last_tiles = torch.stack(
+            [slots[last_tokens], last_tokens, torch.ones_like(last_tokens), positions[last_tokens]], 1
+        )
 
-        def attend(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+        def attend(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor, last: bool) -> Tensor:
             queries = rotary_store(qkv, cos, sin, keys, values, slots, positions, self.num_heads)
-            return prefill_attention(queries, keys, values, packed.tiles, self.scale)
+            return prefill_attention(queries, keys, values, last_tiles if last else packed.tiles, self.scale)
 
-        hidden, residual = self._layers(token_ids, positions, attend, storage, down_splits=1, decode=False)
-        return self._logits(hidden[packed.last_tokens], residual[packed.last_tokens])
+        hidden, residual = self._layers(
+            token_ids, positions, attend, storage, down_splits=1, decode=False, keep=last_tokens
+        )
+        return self._logits(hidden, residual)
 
     def _layers(
         self,
@@ -162,9 +174,11 @@ class FusedDecoder:
         storage: SlotKVCache,
         down_splits: int,
         decode: bool,
+        keep: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """(hidden, residual) after every decoder layer; hidden [tokens, hidden], or the last down
         projection's float32 partials [down_splits, tokens, hidden] when `down_splits` > 1.
+        `keep`: the tokens the last layer computes past its key/value store (their rows alone are returned).
 
         A decode step runs its q/k/v and output projections through `decode_linear`, and launches
         the kernels right after the engine's own kernels dependently (`dependent_launch`).
@@ -178,9 +192,12 @@ class FusedDecoder:
         for index, layer in enumerate(self.layers):
             normed, residual = add_rms_norm(hidden, residual, layer.input_norm, self.eps)
             qkv = project(normed, layer.qkv_weight, layer.qkv_bias)
-            attended = attend(qkv, cos, sin, storage.keys[index], storage.values[index])
+            last = keep is not None and index == len(self.layers) - 1
+            attended = attend(qkv, cos, sin, storage.keys[index], storage.values[index], last)
+            if last:
+                attended, residual = attended[keep], residual[keep]
             output = layer.output_projection
-            hidden = project(attended.view(num_tokens, -1), output.weight, output.bias)
+            hidden = project(attended.flatten(1), output.weight, output.bias)
             normed, residual = add_rms_norm(
                 hidden, residual, layer.post_norm, self.eps, dependent=output_in_triton
             )

@@ -39,7 +39,8 @@ GROUP_TOKENS = 8  # token tiles taken side by side, so that their weight tiles a
 NUM_STAGES, NUM_WARPS = 3, 8  # best of 3-4 stages and groups of 8-16 tiles at 2k-32k tokens (H100)
 
 
-@triton.jit
+# One compiled kernel for every pass length (`PackedPrefill.aligned` says why that matters).
+@triton.jit(do_not_specialize=["num_tokens", "num_programs"])
 def _gate_up_gemm_silu(
     x_tiles, weight_tiles, out_tiles, num_tokens, num_features, in_features, num_programs,
     BLOCK_TOKENS: tl.constexpr, BLOCK_FEATURES: tl.constexpr, BLOCK_INNER: tl.constexpr,
