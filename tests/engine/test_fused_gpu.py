@@ -143,25 +143,32 @@ def test_a_split_k_product_summed_by_the_next_norm_rounds_as_one_linear_layer():
     assert torch.equal(normed, add_rms_norm(summed, None, norm_weight, 1e-6)[0])
 
 
-def test_prefill_passes_of_any_length_reuse_the_kernels_the_first_pass_compiled(monkeypatch):
+def kernels_compiled_after_a_first_pass(model, passes: list[list[int]], monkeypatch) -> list[str]:
+    """Triton kernels compiled by eager prefill passes of these prompt lengths, after one of 37 tokens."""
     import triton
 
-    engine = TransformersEngine(tiny_qwen2(), [], device="cuda", cuda_graphs=False)  # every pass eager
+    engine = TransformersEngine(model, [], device="cuda", cuda_graphs=False)  # every pass eager
     runner = engine.runner
     compiled = []
     with torch.inference_mode():  # as on the engine's scheduler thread
-        runner.grow_slots(64)
+        runner.grow_slots(max(64, *(max(lengths) for lengths in passes)))
         runner.prefill(prefill_inputs([[3] * 37], [0], first_slot=0), first_slot=0)
         monkeypatch.setattr(
             triton.knobs.runtime, "jit_cache_hook", lambda **call: compiled.append(call["repr"])
         )
-        # Token counts odd, even and divisible by 16; one row, several, and a single token.
-        for lengths in ([38], [48], [5, 11], [1], [16, 16, 1]):
+        for lengths in passes:
             prompts = [[3] * length for length in lengths]
             runner.prefill(prefill_inputs(prompts, [0] * len(prompts), first_slot=0), first_slot=0)
         torch.cuda.synchronize()
     asyncio.run(engine.close())
-    assert compiled == []  # a compile would stall a running engine for a few hundred milliseconds
+    return compiled
+
+
+def test_prefill_passes_of_any_length_reuse_the_kernels_the_first_pass_compiled(monkeypatch):
+    # Token counts odd, even and divisible by 16; one row, several, and a single token.
+    passes = [[38], [48], [5, 11], [1], [16, 16, 1]]
+    # A compile would stall a running engine for a few hundred milliseconds.
+    assert kernels_compiled_after_a_first_pass(tiny_qwen2(), passes, monkeypatch) == []
 
 
 @pytest.mark.parametrize("make_model", [tiny_qwen2, tiny_llama])

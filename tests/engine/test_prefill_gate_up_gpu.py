@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from agentrl.engine import SamplingParams, TransformersEngine
 from tests.engine.conftest import tiny_qwen2
+from tests.engine.test_fused_gpu import kernels_compiled_after_a_first_pass
 from tests.engine.test_transformers_engine import PROMPTS, assert_same_generations
 
 pytestmark = [
@@ -97,26 +98,10 @@ def test_prefill_passes_through_the_fused_kernel_sample_what_the_two_kernels_sam
 
 @needs_hopper
 def test_fused_prefill_passes_of_any_length_reuse_the_kernel_the_first_pass_compiled(monkeypatch):
-    import triton
-
     from agentrl.engine import prefill_gate_up
-    from agentrl.engine.step_inputs import prefill_inputs
 
     monkeypatch.setattr(prefill_gate_up, "MIN_TOKENS", 8)  # every pass below runs fused
     model = tiny_qwen2(max_position_embeddings=512).to(torch.bfloat16)
-    engine = TransformersEngine(model, [], device="cuda", cuda_graphs=False)  # every pass eager
-    runner = engine.runner
-    compiled = []
-    with torch.inference_mode():  # as on the engine's scheduler thread
-        runner.grow_slots(300)
-        runner.prefill(prefill_inputs([[3] * 37], [0], first_slot=0), first_slot=0)
-        monkeypatch.setattr(
-            triton.knobs.runtime, "jit_cache_hook", lambda **call: compiled.append(call["repr"])
-        )
-        # Passes of 48 to 784 tokens (eager passes are padded to a multiple of 16): a few tiles, many.
-        for lengths in ([38], [48], [5, 11], [200, 97], [260, 260, 260]):
-            prompts = [[3] * length for length in lengths]
-            runner.prefill(prefill_inputs(prompts, [0] * len(prompts), first_slot=0), first_slot=0)
-        torch.cuda.synchronize()
-    asyncio.run(engine.close())
-    assert compiled == []  # a compile would stall a running engine for a few hundred milliseconds
+    # Passes of 48 to 784 tokens (eager passes are padded to a multiple of 16): a few tiles, many.
+    passes = [[38], [48], [5, 11], [200, 97], [260, 260, 260]]
+    assert kernels_compiled_after_a_first_pass(model, passes, monkeypatch) == []
