@@ -152,9 +152,11 @@ class FusedDecoder:
         """
         token_ids, slots, positions = packed.per_token
         last_tokens = packed.last_tokens
-        # A tile of one token a row: slot, first packed token, tokens, first position (`PackedPrefill.tiles`).
+        # A tile of one token a row (`PackedPrefill.tiles`: slot, first packed token, tokens, first
+        # position); none for a padding row whose token is padding (slot -1), as in a graph's capture.
+        last_slots = slots[last_tokens]
         last_tiles = torch.stack(
-            [slots[last_tokens], last_tokens, torch.ones_like(last_tokens), positions[last_tokens]], 1
+            [last_slots, last_tokens, (last_slots >= 0).long(), positions[last_tokens]], 1
         )
 
         def attend(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor, last: bool) -> Tensor:
