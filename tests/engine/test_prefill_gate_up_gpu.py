@@ -19,7 +19,7 @@ pytestmark = [
 ]
 needs_hopper = pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
-    reason="the fused kernel moves tiles with the tensor memory accelerator (Hopper and newer)",
+    reason="needs a Hopper or newer GPU: the fused kernel moves tiles with the tensor memory accelerator",
 )
 
 
