@@ -77,16 +77,24 @@ class DecodeBatch:
 class DecodeInputs:
     """A staged block unpacked on the device: every column, padding included."""
 
+    input_ids: torch.Tensor  # [columns] int64: the source entry of the sample buffer, or the host's id
     positions: torch.Tensor  # [columns] int64
-    sources: torch.Tensor  # [columns] int64
-    host_ids: torch.Tensor  # [columns] int64
+    slots: torch.Tensor  # [columns] int64: column i writes slot i
     sampling: RowSampling  # its host-side flags describe the batch's real rows
 
     @staticmethod
-    def unpack(block: torch.Tensor, params: list[SamplingParams]) -> DecodeInputs:
-        positions, sources, host_ids = block[:SAMPLING].long()
-        return DecodeInputs(positions, sources, host_ids, RowSampling.from_staged(block[SAMPLING:], params))
+    def unpack(block: torch.Tensor, params: list[SamplingParams], samples: torch.Tensor) -> DecodeInputs:
+        """`samples`: the sample buffer on the block's device, which the block's sources index.
 
-    def input_ids(self, samples: torch.Tensor) -> torch.Tensor:
-        """[columns] input ids: each row's source entry of the sample buffer, or the host's id."""
-        return torch.where(self.sources >= 0, samples[self.sources.clamp(min=0)], self.host_ids)
+        On CUDA one kernel does it (`decode_unpack`); elsewhere torch operations.
+        """
+        if block.is_cuda:
+            from agentrl.engine.decode_unpack import unpack_block  # Triton: CUDA machines only
+
+            input_ids, positions, slots, temperatures, top_ks, top_ps = unpack_block(block, samples)
+            sampling = RowSampling.of(temperatures, top_ks, top_ps, block[SAMPLING + 3], params)
+            return DecodeInputs(input_ids, positions, slots, sampling)
+        positions, sources, host_ids = block[:SAMPLING].long()
+        input_ids = torch.where(sources >= 0, samples[sources.clamp(min=0)], host_ids)
+        slots = torch.arange(block.shape[1], device=block.device)
+        return DecodeInputs(input_ids, positions, slots, RowSampling.from_staged(block[SAMPLING:], params))

@@ -5,7 +5,8 @@ of a small model the GPU spends more time between those launches than in them. T
 reads the same parameters and runs each layer as nine kernels: RMSNorm with the residual add,
 one packed q/k/v projection, rotary embedding with the key/value store, attention, the output
 projection, RMSNorm with the residual add, one packed gate/up projection, SiLU-and-multiply, and
-the down projection; in a long prefill pass the gate/up projection stores only SiLU(gate) * up
+the down projection (the first layer's RMSNorm comes with the embedding lookup,
+`embed_rms_norm`); in a long prefill pass the gate/up projection stores only SiLU(gate) * up
 (`prefill_gate_up`), eight kernels. In a decode step rotary, the store and attention are one kernel
 (`decode_attention.rotate_store_and_attend`): eight a layer. A decode step of a small model runs
 its q/k/v and output projections as the engine's own products (`decode_linear`), so that the
@@ -37,7 +38,7 @@ from transformers import PreTrainedModel
 
 from agentrl.engine.decode_attention import rotate_store_and_attend
 from agentrl.engine.decode_linear import decode_linear, runs_in_triton
-from agentrl.engine.fused_kernels import add_rms_norm, rotary_store
+from agentrl.engine.fused_kernels import add_rms_norm, embed_rms_norm, rotary_store
 from agentrl.engine.model_setup import fused_forward_unsupported, pack_linears
 from agentrl.engine.packed_prefill import PackedPrefill
 from agentrl.engine.prefill_attention import prefill_attention
@@ -185,14 +186,14 @@ class FusedDecoder:
         A decode step runs its q/k/v and output projections through `decode_linear`, and launches
         the kernels right after the engine's own kernels dependently (`dependent_launch`).
         """
-        hidden = self.embed_tokens(token_ids)  # [tokens, hidden]
-        cos, sin = self.rotary(hidden, positions, storage.capacity)
+        normed, residual, cos, sin = self._embed(token_ids, positions, storage.capacity)
         num_tokens = token_ids.shape[0]
         project = functools.partial(decode_linear, dependent=True) if decode else F.linear
         output_in_triton = decode and runs_in_triton(num_tokens, self.layers[0].output_projection.weight)
-        residual = None
+        hidden = None
         for index, layer in enumerate(self.layers):
-            normed, residual = add_rms_norm(hidden, residual, layer.input_norm, self.eps)
+            if hidden is not None:  # the first layer's input norm came with the embedding
+                normed, residual = add_rms_norm(hidden, residual, layer.input_norm, self.eps)
             qkv = project(normed, layer.qkv_weight, layer.qkv_bias)
             last = keep is not None and index == len(self.layers) - 1
             attended = attend(qkv, cos, sin, storage.keys[index], storage.values[index], last)
@@ -210,17 +211,36 @@ class FusedDecoder:
                 hidden = layer.down_projection(activated)
         return hidden, residual
 
+    def _embed(
+        self, token_ids: Tensor, positions: Tensor, capacity: int
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(first layer's normed input, residual, cos, sin) of the tokens at `positions` (each below `capacity`)."""
+        first_norm = self.layers[0].input_norm
+        if not self.rotary_by_position:
+            hidden = self.embed_tokens(token_ids)
+            normed, residual = add_rms_norm(hidden, None, first_norm, self.eps)
+            return normed, residual, *self.rotary(hidden, positions, capacity)
+        table = self.rotary_table(capacity, self.embed_tokens.weight)
+        normed, residual, both = embed_rms_norm(
+            token_ids, positions, self.embed_tokens.weight, first_norm, self.eps, table
+        )
+        return normed, residual, both[:, 0], both[:, 1]
+
     def rotary(self, hidden: Tensor, positions: Tensor, capacity: int) -> tuple[Tensor, Tensor]:
         """(cos, sin) [tokens, head_dim] at `positions` (each below `capacity`), in `hidden`'s dtype."""
         if not self.rotary_by_position:
             cos, sin = self.rotary_embedding(hidden, positions[None])
             return cos[0], sin[0]
-        if self._rotary_table.shape[0] < capacity:  # a pass before any graph capture at this capacity
-            every = torch.arange(capacity, device=positions.device)
-            cos, sin = self.rotary_embedding(hidden, every[None])
-            self._rotary_table = torch.stack([cos[0], sin[0]], dim=1)
-        both = self._rotary_table[positions]
+        both = self.rotary_table(capacity, hidden)[positions]
         return both[:, 0], both[:, 1]
+
+    def rotary_table(self, capacity: int, like: Tensor) -> Tensor:
+        """[positions, 2, head_dim]: cos and sin of every position below `capacity` at least, in `like`'s dtype."""
+        if self._rotary_table.shape[0] < capacity:  # a pass before any graph capture at this capacity
+            every = torch.arange(capacity, device=like.device)
+            cos, sin = self.rotary_embedding(like, every[None])
+            self._rotary_table = torch.stack([cos[0], sin[0]], dim=1)
+        return self._rotary_table
 
     def _logits(self, hidden: Tensor, residual: Tensor) -> Tensor:
         normed, _ = add_rms_norm(hidden, residual, self.final_norm.weight, self.eps)

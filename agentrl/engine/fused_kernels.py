@@ -17,6 +17,16 @@ import triton.language as tl
 from agentrl.engine.dependent_launch import launch_options, wait_for_previous
 
 
+@triton.jit
+def _normalize(summed, weight, normed, offsets, columns, in_row, eps, num_features):
+    """Store RMSNorm(summed) * weight at `normed + offsets`, rounded where eager rounds."""
+    values = summed.to(tl.float32)
+    inverse_rms = 1.0 / tl.sqrt(tl.sum(values * values, axis=0) / num_features + eps)
+    scaled = (values * inverse_rms).to(summed.dtype).to(tl.float32)
+    scale = tl.load(weight + columns, mask=in_row, other=0.0).to(tl.float32)
+    tl.store(normed + offsets, (scale * scaled).to(summed.dtype), mask=in_row)
+
+
 # One compiled kernel for every token count (`PackedPrefill.aligned` says why that matters).
 @triton.jit(do_not_specialize=["num_tokens"])
 def _add_rms_norm(
@@ -38,11 +48,7 @@ def _add_rms_norm(
     if HAS_RESIDUAL:
         summed = summed + tl.load(residual + offsets, mask=in_row, other=0.0)  # rounded as eager's add
         tl.store(residual_out + offsets, summed, mask=in_row)
-    values = summed.to(tl.float32)
-    inverse_rms = 1.0 / tl.sqrt(tl.sum(values * values, axis=0) / num_features + eps)
-    scaled = (values * inverse_rms).to(summed.dtype).to(tl.float32)
-    scale = tl.load(weight + columns, mask=in_row, other=0.0).to(tl.float32)
-    tl.store(normed + offsets, (scale * scaled).to(summed.dtype), mask=in_row)
+    _normalize(summed, weight, normed, offsets, columns, in_row, eps, num_features)
 
 
 def add_rms_norm(
@@ -71,6 +77,54 @@ def add_rms_norm(
         **launch_options(hidden.device, dependent),
     )  # fmt: skip
     return normed, summed
+
+
+@triton.jit(do_not_specialize=["num_tokens"])
+def _embed_rms_norm(
+    token_ids, positions, embedding, weight, table, hidden, normed, rotary, eps, num_tokens, num_features,
+    table_row, BLOCK: tl.constexpr, ROTARY_BLOCK: tl.constexpr,
+):  # fmt: skip
+    token = tl.program_id(0).to(tl.int64)
+    columns = tl.arange(0, BLOCK)
+    in_row = columns < num_features
+    offsets = token * num_features + columns
+    summed = tl.load(embedding + tl.load(token_ids + token) * num_features + columns, mask=in_row, other=0.0)
+    tl.store(hidden + offsets, summed, mask=in_row)
+    _normalize(summed, weight, normed, offsets, columns, in_row, eps, num_features)
+    entry = tl.arange(0, ROTARY_BLOCK)
+    in_entry = entry < table_row
+    angles = tl.load(table + tl.load(positions + token) * table_row + entry, mask=in_entry, other=0.0)
+    tl.store(rotary + token * table_row + entry, angles, mask=in_entry)
+
+
+def embed_rms_norm(
+    token_ids: torch.Tensor,
+    positions: torch.Tensor,
+    embedding: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    rotary_table: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(RMSNorm(embedding[token_ids]) * weight, embedding[token_ids], rotary_table[positions]).
+
+    What the first decoder layer reads, in one kernel where the lookups and the norm took three:
+    `token_ids`, `positions` [tokens]; `embedding` [vocab, features]; `rotary_table` [positions, ...]
+    (contiguous; `FusedDecoder`'s cos and sin of each position).
+    """
+    num_tokens, (_, num_features) = token_ids.shape[0], embedding.shape
+    assert embedding.is_contiguous() and rotary_table.is_contiguous()
+    hidden = torch.empty((num_tokens, num_features), dtype=embedding.dtype, device=embedding.device)
+    normed = torch.empty_like(hidden)
+    rotary = torch.empty(
+        (num_tokens, *rotary_table.shape[1:]), dtype=rotary_table.dtype, device=embedding.device
+    )
+    table_row = rotary_table[0].numel()
+    _embed_rms_norm[(num_tokens,)](
+        token_ids, positions, embedding, weight, rotary_table, hidden, normed, rotary, eps, num_tokens,
+        num_features, table_row, BLOCK=triton.next_power_of_2(num_features),
+        ROTARY_BLOCK=triton.next_power_of_2(table_row),
+    )  # fmt: skip
+    return normed, hidden, rotary
 
 
 ROTARY_TOKENS = 32  # tokens per program of `rotary_store`

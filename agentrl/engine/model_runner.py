@@ -19,13 +19,13 @@ import torch
 from transformers import PreTrainedModel
 
 from agentrl.compiled_layers import compile_decoder_layers
-from agentrl.engine.decode_batch import DecodeBatch, DecodeInputs
+from agentrl.engine.decode_batch import SAMPLING, DecodeBatch, DecodeInputs
 from agentrl.engine.decode_graphs import DecodeGraphs
 from agentrl.engine.model_setup import attention_backends, fused_forward_unsupported, slot_shape
 from agentrl.engine.packed_prefill import PackedPrefill
 from agentrl.engine.prefill_graphs import PrefillGraphs
 from agentrl.engine.protocol import SamplingParams
-from agentrl.engine.sampling import RowSampling, sample_next_tokens, stack_picked
+from agentrl.engine.sampling import RowSampling, sample_picked
 from agentrl.engine.slot_attention import install_slot_attention
 from agentrl.engine.slot_cache import SlotForward, SlotKVCache, causal_slot_mask
 from agentrl.engine.step_inputs import StepInputs, decode_inputs
@@ -120,10 +120,8 @@ class ModelRunner:
             return picked
         logits, picked, block = self.decode_graphs.run(batch, self.slots.capacity)
         if batch.filters:  # the graph sampled by temperature alone: sample these rows again
-            sampling = DecodeInputs.unpack(block[:, :num_rows], batch.params).sampling
-            token_ids, logprobs = sample_next_tokens(logits[:num_rows], sampling)
-            self.samples[:num_rows].copy_(token_ids)
-            return stack_picked(token_ids, logprobs)
+            sampling = RowSampling.from_staged(block[SAMPLING:, :num_rows], batch.params)
+            return sample_picked(logits[:num_rows], sampling, self.samples[:num_rows])
         return picked[:, :num_rows]
 
     def prefill(self, inputs: StepInputs, first_slot: int) -> torch.Tensor:
@@ -139,10 +137,9 @@ class ModelRunner:
         self, logits: torch.Tensor, sampling: RowSampling, first_slot: int
     ) -> tuple[torch.Tensor, int]:
         """(picked [2, rows], first sample entry) of a prefill pass's logits, its samples kept for the next decode step."""
-        token_ids, logprobs = sample_next_tokens(logits, sampling)
         first_sample = self.max_batch_size + first_slot
-        self.samples[first_sample : first_sample + token_ids.shape[0]].copy_(token_ids)
-        return stack_picked(token_ids, logprobs), first_sample
+        picked = sample_picked(logits, sampling, self.samples[first_sample : first_sample + logits.shape[0]])
+        return picked, first_sample
 
     def _fused_prefill(self, packed: PackedPrefill) -> torch.Tensor:
         with attention_backends(self.device):
@@ -181,15 +178,14 @@ class ModelRunner:
 
         Reads the previous step's samples for rows that continue one, and leaves its own in their place.
         """
-        inputs = DecodeInputs.unpack(block, params)
-        input_ids = inputs.input_ids(self.samples)
-        logits = self._forward_decode(decode_inputs(input_ids, inputs.positions, key_length))
+        inputs = DecodeInputs.unpack(block, params, self.samples)
+        logits = self._forward_decode(
+            decode_inputs(inputs.input_ids, inputs.positions, key_length, inputs.slots)
+        )
         sampling = inputs.sampling
         if temperature_only:
             sampling = dataclasses.replace(sampling, all_greedy=False, max_top_k=-1, any_top_p=False)
-        token_ids, logprobs = sample_next_tokens(logits, sampling)
-        self.samples[: token_ids.shape[0]].copy_(token_ids)
-        return logits, stack_picked(token_ids, logprobs)
+        return logits, sample_picked(logits, sampling, self.samples[: logits.shape[0]])
 
     def _graph_step(self, block: torch.Tensor, key_length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The body of a decode graph: its sampler is the temperature-only one, whatever the rows ask."""

@@ -63,11 +63,22 @@ class RowSampling:
     @staticmethod
     def from_staged(staged: torch.Tensor, params: list[SamplingParams]) -> RowSampling:
         """From `sampling_rows` on the device ([4, rows] float64); the flags come from `params` on the host."""
+        return RowSampling.of(staged[0].float(), staged[1].long(), staged[2].float(), staged[3], params)
+
+    @staticmethod
+    def of(
+        temperatures: torch.Tensor,
+        top_ks: torch.Tensor,
+        top_ps: torch.Tensor,
+        uniforms: torch.Tensor,
+        params: list[SamplingParams],
+    ) -> RowSampling:
+        """The rows' tensors as given; the host-side flags from `params`."""
         return RowSampling(
-            temperatures=staged[0].float(),
-            top_ks=staged[1].long(),
-            top_ps=staged[2].float(),
-            uniforms=staged[3],
+            temperatures=temperatures,
+            top_ks=top_ks,
+            top_ps=top_ps,
+            uniforms=uniforms,
             all_greedy=all(p.temperature == 0 for p in params),
             max_top_k=max((p.top_k for p in params), default=-1),
             any_top_p=any(p.top_p < 1 for p in params),
@@ -89,16 +100,27 @@ def sampling_rows(params: list[SamplingParams], uniforms: list[float]) -> list[l
     return [[p.temperature for p in params], [p.top_k for p in params], [p.top_p for p in params], uniforms]
 
 
-def sample_next_tokens(logits: torch.Tensor, rows: RowSampling) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row; return (token_ids [num_rows], logprobs [num_rows]).
+def sample_picked(logits: torch.Tensor, rows: RowSampling, token_ids: torch.Tensor) -> torch.Tensor:
+    """Sample one token per row into `token_ids` [num_rows] int64; return their picks (`stack_picked`).
 
-    The logprob is log_softmax(logits / temperature) of the chosen token before top-k/top-p
-    filtering; greedy rows (temperature 0) report log_softmax(logits).
+    On CUDA, rows without top-k or top-p take the Triton sampler (`fused_sampling`), which writes
+    both outputs itself; every other case samples with `sample_next_tokens`.
     """
     if logits.is_cuda and not rows.filters:
         from agentrl.engine.fused_sampling import sample_with_temperature  # Triton: CUDA machines only
 
-        return sample_with_temperature(logits, rows.temperatures, rows.uniforms)
+        return sample_with_temperature(logits, rows.temperatures, rows.uniforms, token_ids)[1]
+    sampled, logprobs = sample_next_tokens(logits, rows)
+    token_ids.copy_(sampled)
+    return stack_picked(sampled, logprobs)
+
+
+def sample_next_tokens(logits: torch.Tensor, rows: RowSampling) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row with torch operations; return (token_ids [num_rows], logprobs [num_rows]).
+
+    The logprob is log_softmax(logits / temperature) of the chosen token before top-k/top-p
+    filtering; greedy rows (temperature 0) report log_softmax(logits).
+    """
     greedy = rows.temperatures == 0
     scale = torch.where(greedy, torch.ones_like(rows.temperatures), rows.temperatures)
     scaled = logits.float() / scale[:, None]  # [num_rows, vocab]

@@ -67,15 +67,20 @@ def prefill_inputs(prompts: list[list[int]], cached_lengths: list[int], first_sl
     )
 
 
-def decode_inputs(input_ids: torch.Tensor, positions: torch.Tensor, key_length: int) -> StepInputs:
+def decode_inputs(
+    input_ids: torch.Tensor, positions: torch.Tensor, key_length: int, slots: torch.Tensor | None = None
+) -> StepInputs:
     """One new token per row (`input_ids`, `positions` [rows] on one device), rows 0.. in slot order.
 
     Each token is stored at its position; attention reads `key_length` positions, at least 1 + the largest.
+    `slots`: 0..rows-1 on that device, where the caller has them already.
     """
+    if slots is None:
+        slots = torch.arange(input_ids.shape[0], device=input_ids.device)
     return StepInputs(
         input_ids=input_ids[:, None],
         positions=positions[:, None],
-        write_slots=torch.arange(input_ids.shape[0], device=input_ids.device),
+        write_slots=slots,
         write_positions=positions,
         write_index=None,
         key_length=key_length,

@@ -33,10 +33,11 @@ def test_unpacked_inputs_take_each_rows_token_from_its_source_row_or_from_the_ho
     batch = DecodeBatch.stage(
         [5, 6, 2], [2, -1, 0], [0, 11, 0], params, [0.1, 0.2, 0.3], columns=4, pin=False
     )
-    inputs = DecodeInputs.unpack(batch.staged, params)
     previous_samples = torch.tensor([100, 101, 102, 103])
-    assert inputs.input_ids(previous_samples).tolist() == [102, 11, 100, 0]
+    inputs = DecodeInputs.unpack(batch.staged, params, previous_samples)
+    assert inputs.input_ids.tolist() == [102, 11, 100, 0]
     assert inputs.positions.tolist() == [5, 6, 2, 0]
+    assert inputs.slots.tolist() == [0, 1, 2, 3]
     assert inputs.sampling.temperatures.tolist() == [1.0, 1.0, 1.0, 0.0]
     assert (inputs.sampling.all_greedy, inputs.sampling.filters, batch.filters) == (False, False, False)
 

@@ -10,10 +10,11 @@ import torch.nn.functional as F
 from transformers import Qwen2ForCausalLM
 
 from agentrl.engine import SamplingParams, TransformersEngine
+from agentrl.engine.decode_batch import DecodeBatch, DecodeInputs
 from agentrl.engine.packed_prefill import PackedPrefill
 from agentrl.engine.sampling import inverse_cdf_sample
 from agentrl.engine.step_inputs import prefill_inputs
-from tests.engine.conftest import tiny_llama, tiny_qwen2
+from tests.engine.conftest import VOCAB_SIZE, tiny_llama, tiny_qwen2
 from tests.engine.test_transformers_engine import PROMPTS, assert_same_generations
 
 pytestmark = [
@@ -59,14 +60,61 @@ def test_the_triton_sampler_draws_the_torch_samplers_tokens(dtype):
     logits = (4 * torch.randn((num_rows, vocab), generator=generator, device="cuda")).to(dtype)
     temperatures = torch.tensor([0.0, 0.6, 1.0, 1.7] * (num_rows // 4), device="cuda")
     uniforms = torch.rand(num_rows, generator=generator, device="cuda", dtype=torch.float64)
-    token_ids, logprobs = sample_with_temperature(logits, temperatures, uniforms)
+    buffer = torch.full((num_rows + 8,), -1, dtype=torch.int64, device="cuda")
+    token_ids, picked = sample_with_temperature(logits, temperatures, uniforms, buffer[4 : 4 + num_rows])
     scaled = logits.float() / torch.where(temperatures == 0, 1.0, temperatures)[:, None]
     log_normalizers = scaled.logsumexp(-1, keepdim=True)
     expected = inverse_cdf_sample((scaled - log_normalizers).exp(), uniforms)
     expected = torch.where(temperatures == 0, scaled.argmax(-1), expected)
-    assert token_ids.tolist() == expected.tolist()
+    assert token_ids.tolist() == expected.tolist() == picked[0].long().tolist()
+    assert buffer.tolist() == [-1] * 4 + expected.tolist() + [-1] * 4  # written in place, nothing around it
     expected_logprobs = (scaled.gather(-1, expected[:, None]) - log_normalizers).squeeze(-1)
-    torch.testing.assert_close(logprobs, expected_logprobs, atol=1e-5, rtol=0)
+    assert picked.dtype == torch.float64
+    torch.testing.assert_close(picked[1], expected_logprobs.double(), atol=1e-5, rtol=0)
+
+
+def test_a_staged_block_unpacks_on_cuda_as_on_the_host():
+    rows = 300  # more columns than one program takes
+    params = [
+        SamplingParams(max_new_tokens=4, temperature=[0.0, 0.7, 1.0][i % 3], top_k=[-1, 5][i % 2], top_p=0.9)
+        for i in range(rows)
+    ]
+    positions = [(7 * i) % 500 for i in range(rows)]
+    sources = [i % 11 - 1 for i in range(rows)]  # -1: the host's id
+    host_ids = [1000 + i for i in range(rows)]
+    uniforms = [i / rows for i in range(rows)]
+    batch = DecodeBatch.stage(positions, sources, host_ids, params, uniforms, columns=320, pin=True)
+    samples = torch.arange(500, 520)
+    on_host = DecodeInputs.unpack(batch.staged, params, samples)
+    on_cuda = DecodeInputs.unpack(batch.staged.cuda(), params, samples.cuda())
+    for field in ("input_ids", "positions", "slots"):
+        got, expected = getattr(on_cuda, field), getattr(on_host, field)
+        assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected), field
+    for field in ("temperatures", "top_ks", "top_ps", "uniforms"):
+        got, expected = getattr(on_cuda.sampling, field), getattr(on_host.sampling, field)
+        assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected), field
+    assert on_cuda.sampling.filters and not on_cuda.sampling.all_greedy
+
+
+@pytest.mark.parametrize("make_model", [tiny_qwen2, tiny_llama])
+def test_the_embedding_lookup_normalises_the_first_layers_input_as_the_norm_kernel_does(make_model):
+    from agentrl.engine.fused_decoder import FusedDecoder
+    from agentrl.engine.fused_kernels import add_rms_norm, embed_rms_norm
+
+    model = make_model().to(device="cuda", dtype=torch.bfloat16)
+    decoder = FusedDecoder(model)
+    token_ids = torch.tensor([0, 5, 17, 5, VOCAB_SIZE - 1, 3, 31], device="cuda")
+    positions = torch.tensor([0, 1, 95, 3, 40, 7, 63], device="cuda")
+    layer = decoder.layers[0]
+    normed, hidden, rotary = embed_rms_norm(
+        token_ids, positions, decoder.embed_tokens.weight, layer.input_norm, decoder.eps,
+        decoder.rotary_table(96, decoder.embed_tokens.weight),
+    )  # fmt: skip
+    embedded = decoder.embed_tokens(token_ids)
+    expected_normed, _ = add_rms_norm(embedded, None, layer.input_norm, decoder.eps)
+    cos, sin = decoder.rotary(embedded, positions, 96)
+    assert torch.equal(hidden, embedded) and torch.equal(normed, expected_normed)
+    assert torch.equal(rotary[:, 0], cos) and torch.equal(rotary[:, 1], sin)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,61 @@
+"""Inference stage, a decode step's staged block unpacked on CUDA in one kernel.
+
+Taken apart with torch operations, the block (`decode_batch`) costs a cast per field and a
+compare, a clamp, a gather and a select for the input ids: about ten kernels of a microsecond or
+two, in every decode step, before the first layer starts. This kernel reads each column once and
+writes every field the step reads.
+
+Triton is imported only by the engine's CUDA kernel modules, and those only on CUDA.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from agentrl.engine.decode_batch import HOST_IDS, POSITIONS, SAMPLING, SOURCES
+
+COLUMNS = 256  # columns per program
+
+
+@triton.jit
+def _unpack(
+    block, samples, input_ids, positions, slots, temperatures, top_ks, top_ps, num_columns, field,
+    POSITIONS: tl.constexpr, SOURCES: tl.constexpr, HOST_IDS: tl.constexpr, SAMPLING: tl.constexpr,
+    COLUMNS: tl.constexpr,
+):  # fmt: skip
+    columns = tl.program_id(0) * COLUMNS + tl.arange(0, COLUMNS)
+    mask = columns < num_columns
+    # Every value is an integer below 2**53 or a float: the casts are exact.
+    source = tl.load(block + SOURCES * field + columns, mask=mask, other=-1.0).to(tl.int64)
+    host_id = tl.load(block + HOST_IDS * field + columns, mask=mask, other=0.0).to(tl.int64)
+    sampled = tl.load(samples + tl.maximum(source, 0), mask=mask & (source >= 0), other=0)
+    tl.store(input_ids + columns, tl.where(source >= 0, sampled, host_id), mask=mask)
+    position = tl.load(block + POSITIONS * field + columns, mask=mask, other=0.0)
+    tl.store(positions + columns, position.to(tl.int64), mask=mask)
+    tl.store(slots + columns, columns.to(tl.int64), mask=mask)
+    temperature = tl.load(block + SAMPLING * field + columns, mask=mask, other=0.0)
+    tl.store(temperatures + columns, temperature.to(tl.float32), mask=mask)
+    top_k = tl.load(block + (SAMPLING + 1) * field + columns, mask=mask, other=0.0)
+    tl.store(top_ks + columns, top_k.to(tl.int64), mask=mask)
+    top_p = tl.load(block + (SAMPLING + 2) * field + columns, mask=mask, other=0.0)
+    tl.store(top_ps + columns, top_p.to(tl.float32), mask=mask)
+
+
+def unpack_block(block: torch.Tensor, samples: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(input_ids, positions, slots, temperatures, top_ks, top_ps) [columns] of a staged `block`.
+
+    `block` [NUM_FIELDS, columns] float64 on CUDA, each field contiguous; `samples` the int64
+    sample buffer its sources index. Input ids, positions, slots (column i: slot i) and top-k
+    are int64, temperatures and top-p float32: what `DecodeInputs.unpack` gives on the host.
+    """
+    assert block.stride(1) == 1 and samples.is_contiguous()
+    num_columns = block.shape[1]
+    longs = torch.empty((4, num_columns), dtype=torch.int64, device=block.device)
+    floats = torch.empty((2, num_columns), dtype=torch.float32, device=block.device)
+    _unpack[(triton.cdiv(num_columns, COLUMNS),)](
+        block, samples, longs[0], longs[1], longs[2], floats[0], longs[3], floats[1], num_columns, block.stride(0),
+        POSITIONS=POSITIONS, SOURCES=SOURCES, HOST_IDS=HOST_IDS, SAMPLING=SAMPLING, COLUMNS=COLUMNS,
+    )  # fmt: skip
+    return longs[0], longs[1], longs[2], floats[0], longs[3], floats[1]
