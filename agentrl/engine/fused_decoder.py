@@ -8,9 +8,11 @@ projection, RMSNorm with the residual add, one packed gate/up projection, SiLU-a
 the down projection (the first layer's RMSNorm comes with the embedding lookup,
 `embed_rms_norm`); in a long prefill pass the gate/up projection stores only SiLU(gate) * up
 (`prefill_gate_up`), eight kernels. In a decode step rotary, the store and attention are one kernel
-(`decode_attention.rotate_store_and_attend`): eight a layer. A decode step of a small model runs
-its q/k/v and output projections as the engine's own products (`decode_linear`), so that the
-kernels on either side start while the one before drains (`dependent_launch`). Its down projection
+(`decode_attention.rotate_store_and_attend`): eight a layer, and seven where a step of up to
+`decode_linear.MAX_GATE_UP_ROWS` rows runs its gate/up projection with the activation in one
+kernel. A decode step of a small model runs its q/k/v and output projections as the engine's own
+products (`decode_linear`), so that the kernels on either side start while the one before
+drains (`dependent_launch`). Its down projection
 (a few rows against a wide input) is a split-K product whose float32 partials the next RMSNorm
 sums (`split_k_linear`), where cuBLAS would sum its own splits in a kernel more.
 The q/k/v and gate/up weights are packed once into one matrix each, and the model's own
@@ -37,7 +39,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from agentrl.engine.decode_attention import rotate_store_and_attend
-from agentrl.engine.decode_linear import decode_linear, runs_in_triton
+from agentrl.engine.decode_linear import decode_gate_up_silu, decode_linear, runs_in_triton
 from agentrl.engine.fused_kernels import add_rms_norm, embed_rms_norm, rotary_store
 from agentrl.engine.model_setup import fused_forward_unsupported, pack_linears
 from agentrl.engine.packed_prefill import PackedPrefill
@@ -183,12 +185,13 @@ class FusedDecoder:
         projection's float32 partials [down_splits, tokens, hidden] when `down_splits` > 1.
         `keep`: the tokens the last layer computes past its key/value store (their rows alone are returned).
 
-        A decode step runs its q/k/v and output projections through `decode_linear`, and launches
-        the kernels right after the engine's own kernels dependently (`dependent_launch`).
+        A decode step runs its projections but the down projection through `decode_linear`, and
+        launches the kernels right after the engine's own kernels dependently (`dependent_launch`).
         """
         normed, residual, cos, sin = self._embed(token_ids, positions, storage.capacity)
         num_tokens = token_ids.shape[0]
         project = functools.partial(decode_linear, dependent=True) if decode else F.linear
+        gate_up = functools.partial(decode_gate_up_silu, dependent=True) if decode else gate_up_silu
         output_in_triton = decode and runs_in_triton(num_tokens, self.layers[0].output_projection.weight)
         hidden = None
         for index, layer in enumerate(self.layers):
@@ -204,7 +207,7 @@ class FusedDecoder:
             normed, residual = add_rms_norm(
                 hidden, residual, layer.post_norm, self.eps, dependent=output_in_triton
             )
-            activated = gate_up_silu(normed, layer.gate_up_weight, layer.gate_up_bias)
+            activated = gate_up(normed, layer.gate_up_weight, layer.gate_up_bias)
             if down_splits > 1:  # summed by the next add_rms_norm
                 hidden = split_k_linear(activated, layer.down_projection.weight, down_splits)
             else:

@@ -223,16 +223,21 @@ def rotary_store(
 
 
 @triton.jit
+def silu_times(gate, up):
+    """SiLU(gate) * up in `gate`'s dtype, rounded where eager rounds: the activation, then the product."""
+    gate32 = gate.to(tl.float32)
+    activated = (gate32 / (1.0 + tl.exp(-gate32))).to(gate.dtype)
+    return (activated.to(tl.float32) * up.to(tl.float32)).to(gate.dtype)
+
+
+@triton.jit
 def _silu_and_multiply(gate_up, out, num_features, BLOCK: tl.constexpr):
     row, block = tl.program_id(0).to(tl.int64), tl.program_id(1)
     columns = block * BLOCK + tl.arange(0, BLOCK)
     in_row = columns < num_features
     gate = tl.load(gate_up + row * 2 * num_features + columns, mask=in_row, other=0.0)
     up = tl.load(gate_up + row * 2 * num_features + num_features + columns, mask=in_row, other=0.0)
-    gate32 = gate.to(tl.float32)
-    activated = (gate32 / (1.0 + tl.exp(-gate32))).to(gate.dtype)  # eager SiLU rounds here
-    tl.store(out + row * num_features + columns, (activated.to(tl.float32) * up.to(tl.float32)).to(gate.dtype),
-             mask=in_row)  # fmt: skip
+    tl.store(out + row * num_features + columns, silu_times(gate, up), mask=in_row)
 
 
 def silu_and_multiply(gate_up: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from agentrl.engine.fused_kernels import silu_and_multiply
+from agentrl.engine.fused_kernels import silu_and_multiply, silu_times
 
 try:  # Triton releases since 2025
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -62,9 +62,7 @@ def _gate_up_gemm_silu(
             x = x_tiles.load([tokens, inner * BLOCK_INNER])
             gate = tl.dot(x, weight_tiles.load([features, inner * BLOCK_INNER]).T, gate)
             up = tl.dot(x, weight_tiles.load([num_features + features, inner * BLOCK_INNER]).T, up)
-        gate = gate.to(dtype).to(tl.float32)
-        activated = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
-        out_tiles.store([tokens, features], (activated * up.to(dtype).to(tl.float32)).to(dtype))
+        out_tiles.store([tokens, features], silu_times(gate.to(dtype), up.to(dtype)))
 
 
 @functools.cache

@@ -74,3 +74,49 @@ def test_kernels_launched_dependently_in_step_graphs_sample_what_normal_launches
     monkeypatch.setattr(dependent_launch, "_supported", lambda device_index: False)
     assert dependent_launch.launch_options(cuda, dependent=True) == normal
     assert_same_generations(dependent, asyncio.run(generate_in_bfloat16()))
+
+
+@pytest.mark.parametrize("num_rows", [1, 16, 50, 128])
+@pytest.mark.parametrize(("dtype", "with_bias"), [(torch.bfloat16, False), (torch.float16, True)])
+def test_the_decode_gate_up_projection_rounds_as_the_product_then_the_activation(num_rows, dtype, with_bias):
+    from agentrl.engine.decode_linear import decode_gate_up_silu, runs_gate_up_in_triton
+    from agentrl.engine.fused_kernels import silu_and_multiply
+
+    generator = torch.Generator(device="cuda").manual_seed(num_rows)
+    # Features and inputs that are not multiples of the blocks: edge blocks load zeros.
+    x = torch.randn((num_rows, 360), generator=generator, device="cuda").to(dtype)
+    weight = (torch.randn((1200, 360), generator=generator, device="cuda") / 360**0.5).to(dtype)
+    bias = torch.randn(1200, generator=generator, device="cuda").to(dtype) if with_bias else None
+    assert runs_gate_up_in_triton(num_rows, weight)
+    got = decode_gate_up_silu(x, weight, bias)
+    # As cuBLAS's epilogue, the bias joins the float32 sum before gate and up are rounded.
+    product = F.linear(x.float(), weight.float(), bias.float() if with_bias else None).to(dtype)
+    expected = silu_and_multiply(product)
+    assert got.shape == (num_rows, 600) and got.dtype == dtype
+    # Only the float32 sums' order may differ: nearly every element is the same, and the rest
+    # differ by a rounding step of gate or up carried through the activation.
+    assert (got == expected).float().mean() > 0.99
+    torch.testing.assert_close(got, expected, rtol=2**-6, atol=2**-10)
+
+
+def test_float32_large_weights_and_steps_past_the_gate_up_limits_keep_cublas_and_the_activation_kernel():
+    from agentrl.engine.decode_linear import (
+        MAX_GATE_UP_ROWS,
+        MAX_GATE_UP_WEIGHT_BYTES,
+        decode_gate_up_silu,
+        runs_gate_up_in_triton,
+    )
+    from agentrl.engine.fused_kernels import silu_and_multiply
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    weight = torch.randn((64, 32), generator=generator, device="cuda")
+    large = torch.randn((MAX_GATE_UP_WEIGHT_BYTES // (2 * 32) + 2, 32), generator=generator, device="cuda")
+    rows = torch.randn((MAX_GATE_UP_ROWS + 1, 32), generator=generator, device="cuda")
+    assert runs_gate_up_in_triton(8, weight.bfloat16())
+    for x, w in [
+        (rows[:8], weight),
+        (rows[:8].bfloat16(), large.bfloat16()),
+        (rows.bfloat16(), weight.bfloat16()),
+    ]:
+        assert not runs_gate_up_in_triton(x.shape[0], w)
+        assert torch.equal(decode_gate_up_silu(x, w, None), silu_and_multiply(F.linear(x, w)))
