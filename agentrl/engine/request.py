@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ class Request:
     sampling: SamplingParams
     max_new_tokens: int  # sampling.max_new_tokens, lowered to fit the model's context
     stop_ids: frozenset[int]  # EOS ids and sampling.stop_token_ids
-    generator: random.Random  # seeded per request; one uniform per sampled token
+    seed: int  # of `generator`
     future: asyncio.Future  # lives on the caller's event loop
     completion_ids: list[int] = field(default_factory=list)  # [num_completion_tokens]
     logprobs: list[float] = field(default_factory=list)  # [num_completion_tokens]
@@ -27,6 +28,15 @@ class Request:
     policy_version: int = 0  # weights version at admission; updates wait for running rows
     cancelled: bool = False  # set by the caller's task when it is cancelled
     cache_length: int = 0  # leading tokens of prompt + completion whose keys/values are in its slot
+
+    @functools.cached_property
+    def generator(self) -> random.Random:
+        """The request's own random stream: one uniform per sampled token.
+
+        Seeded on first use, by the scheduler's thread: seeding costs microseconds that a caller
+        submitting hundreds of requests at once would otherwise spend before any could start.
+        """
+        return random.Random(self.seed)
 
     def append(self, token_id: int, logprob: float) -> None:
         """Record one sampled token; a stop token is kept and ends the completion."""

@@ -179,7 +179,7 @@ class TransformersEngine:
                 sampling=sampling,
                 max_new_tokens=budget,
                 stop_ids=self.eos_ids | frozenset(sampling.stop_token_ids),
-                generator=random.Random(seed),
+                seed=seed,
                 future=loop.create_future(),
             )
             self._inbox.put(request)
