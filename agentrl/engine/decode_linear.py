@@ -36,9 +36,10 @@ NUM_STAGES = 4  # iterations' loads in flight
 @triton.jit
 def _linear(
     x, weight, bias, out, num_rows, out_features, in_features, x_row,
-    HAS_BIAS: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_OUT: tl.constexpr, BLOCK_IN: tl.constexpr,
-    DEPENDENT: tl.constexpr,
+    HAS_BIAS: tl.constexpr, GATED: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_OUT: tl.constexpr,
+    BLOCK_IN: tl.constexpr, DEPENDENT: tl.constexpr,
 ):  # fmt: skip
+    # GATED: `weight` holds out_features gate rows, then as many up rows; SiLU(gate) * up is stored.
     column_block, row_block = tl.program_id(0), tl.program_id(1)
     wait_for_previous(DEPENDENT)
     rows = row_block * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
@@ -48,17 +49,29 @@ def _linear(
     x_at = x + rows[:, None] * x_row + inner[None, :]
     weight_at = weight + columns[None, :] * in_features + inner[:, None]
     product = tl.zeros((BLOCK_ROWS, BLOCK_OUT), tl.float32)
+    up = tl.zeros((BLOCK_ROWS, BLOCK_OUT), tl.float32)
     for start in range(0, in_features, BLOCK_IN):
         in_inner = inner + start < in_features
         inputs = tl.load(x_at, mask=in_rows[:, None] & in_inner[None, :], other=0.0)
-        weights = tl.load(weight_at, mask=in_columns[None, :] & in_inner[:, None], other=0.0)
-        product = tl.dot(inputs, weights, product)
+        weight_mask = in_columns[None, :] & in_inner[:, None]
+        product = tl.dot(inputs, tl.load(weight_at, mask=weight_mask, other=0.0), product)
+        if GATED:
+            up_weights = tl.load(weight_at + out_features * in_features, mask=weight_mask, other=0.0)
+            up = tl.dot(inputs, up_weights, up)
         x_at += BLOCK_IN
         weight_at += BLOCK_IN
     if HAS_BIAS:  # added to the float32 product and rounded once, as cuBLAS's bias epilogue does
         product += tl.load(bias + columns, mask=in_columns, other=0.0).to(tl.float32)[None, :]
+        if GATED:
+            up += tl.load(bias + out_features + columns, mask=in_columns, other=0.0).to(tl.float32)[None, :]
+    dtype = out.dtype.element_ty
     targets = out + rows[:, None] * out_features + columns[None, :]
-    tl.store(targets, product.to(out.dtype.element_ty), mask=in_rows[:, None] & in_columns[None, :])
+    if GATED:
+        tl.store(
+            targets, silu_times(product.to(dtype), up.to(dtype)), mask=in_rows[:, None] & in_columns[None, :]
+        )
+    else:
+        tl.store(targets, product.to(dtype), mask=in_rows[:, None] & in_columns[None, :])
 
 
 def runs_in_triton(num_rows: int, weight: torch.Tensor) -> bool:
@@ -83,44 +96,10 @@ def decode_linear(
     block_rows = min(64, max(16, triton.next_power_of_2(num_rows)))
     _linear[(triton.cdiv(out_features, BLOCK_OUT), triton.cdiv(num_rows, block_rows))](
         x, weight, bias if bias is not None else weight, out, num_rows, out_features, in_features, x.stride(0),
-        HAS_BIAS=bias is not None, BLOCK_ROWS=block_rows, BLOCK_OUT=BLOCK_OUT, BLOCK_IN=BLOCK_IN,
+        HAS_BIAS=bias is not None, GATED=False, BLOCK_ROWS=block_rows, BLOCK_OUT=BLOCK_OUT, BLOCK_IN=BLOCK_IN,
         num_warps=4, num_stages=NUM_STAGES, **launch_options(x.device, dependent),
     )  # fmt: skip
     return out
-
-
-@triton.jit
-def _gate_up_silu(
-    x, weight, bias, out, num_rows, num_features, in_features, x_row,
-    HAS_BIAS: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_OUT: tl.constexpr, BLOCK_IN: tl.constexpr,
-    DEPENDENT: tl.constexpr,
-):  # fmt: skip
-    column_block, row_block = tl.program_id(0), tl.program_id(1)
-    wait_for_previous(DEPENDENT)
-    rows = row_block * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    columns = column_block * BLOCK_OUT + tl.arange(0, BLOCK_OUT)
-    inner = tl.arange(0, BLOCK_IN)
-    in_rows, in_columns = rows < num_rows, columns < num_features
-    x_at = x + rows[:, None] * x_row + inner[None, :]
-    gate_at = weight + columns[None, :] * in_features + inner[:, None]
-    up_at = gate_at + num_features * in_features  # the up rows follow the gate rows
-    gate = tl.zeros((BLOCK_ROWS, BLOCK_OUT), tl.float32)
-    up = tl.zeros((BLOCK_ROWS, BLOCK_OUT), tl.float32)
-    for start in range(0, in_features, BLOCK_IN):
-        in_inner = inner + start < in_features
-        inputs = tl.load(x_at, mask=in_rows[:, None] & in_inner[None, :], other=0.0)
-        weight_mask = in_columns[None, :] & in_inner[:, None]
-        gate = tl.dot(inputs, tl.load(gate_at, mask=weight_mask, other=0.0), gate)
-        up = tl.dot(inputs, tl.load(up_at, mask=weight_mask, other=0.0), up)
-        x_at += BLOCK_IN
-        gate_at += BLOCK_IN
-        up_at += BLOCK_IN
-    if HAS_BIAS:
-        gate += tl.load(bias + columns, mask=in_columns, other=0.0).to(tl.float32)[None, :]
-        up += tl.load(bias + num_features + columns, mask=in_columns, other=0.0).to(tl.float32)[None, :]
-    dtype = out.dtype.element_ty
-    targets = out + rows[:, None] * num_features + columns[None, :]
-    tl.store(targets, silu_times(gate.to(dtype), up.to(dtype)), mask=in_rows[:, None] & in_columns[None, :])
 
 
 # (block rows, output features, input features, warps, stages) of `decode_gate_up_silu`, by step rows
@@ -161,9 +140,9 @@ def decode_gate_up_silu(
     out = torch.empty((num_rows, num_features), dtype=x.dtype, device=x.device)
     bucket = min((b for b in GATE_UP_CONFIGS if b >= num_rows), default=max(GATE_UP_CONFIGS))
     block_rows, block_out, block_in, num_warps, num_stages = GATE_UP_CONFIGS[bucket]
-    _gate_up_silu[(triton.cdiv(num_features, block_out), triton.cdiv(num_rows, block_rows))](
+    _linear[(triton.cdiv(num_features, block_out), triton.cdiv(num_rows, block_rows))](
         x, weight, bias if bias is not None else weight, out, num_rows, num_features, in_features, x.stride(0),
-        HAS_BIAS=bias is not None, BLOCK_ROWS=block_rows, BLOCK_OUT=block_out, BLOCK_IN=block_in,
+        HAS_BIAS=bias is not None, GATED=True, BLOCK_ROWS=block_rows, BLOCK_OUT=block_out, BLOCK_IN=block_in,
         num_warps=num_warps, num_stages=num_stages, **launch_options(x.device, dependent),
     )  # fmt: skip
     return out
