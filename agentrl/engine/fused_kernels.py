@@ -79,10 +79,10 @@ def add_rms_norm(
     return normed, summed
 
 
-@triton.jit(do_not_specialize=["num_tokens"])
+@triton.jit
 def _embed_rms_norm(
-    token_ids, positions, embedding, weight, table, hidden, normed, rotary, eps, num_tokens, num_features,
-    table_row, BLOCK: tl.constexpr, ROTARY_BLOCK: tl.constexpr,
+    token_ids, positions, embedding, weight, table, hidden, normed, rotary, eps, num_features, table_row,
+    BLOCK: tl.constexpr, ROTARY_BLOCK: tl.constexpr,
 ):  # fmt: skip
     token = tl.program_id(0).to(tl.int64)
     columns = tl.arange(0, BLOCK)
@@ -120,8 +120,8 @@ def embed_rms_norm(
     )
     table_row = rotary_table[0].numel()
     _embed_rms_norm[(num_tokens,)](
-        token_ids, positions, embedding, weight, rotary_table, hidden, normed, rotary, eps, num_tokens,
-        num_features, table_row, BLOCK=triton.next_power_of_2(num_features),
+        token_ids, positions, embedding, weight, rotary_table, hidden, normed, rotary, eps, num_features,
+        table_row, BLOCK=triton.next_power_of_2(num_features),
         ROTARY_BLOCK=triton.next_power_of_2(table_row),
     )  # fmt: skip
     return normed, hidden, rotary
