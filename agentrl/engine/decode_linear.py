@@ -105,7 +105,8 @@ def decode_linear(
 # (block rows, output features, input features, warps, stages) of `decode_gate_up_silu`, by step rows
 # up to each key: the fastest of 72 configs at the 0.5B shape in captured graphs (H100). Per layer it
 # ran 8.8 / 9.6 / 9.8 / 11.2 us at 16 / 32 / 64 / 128 rows against 10.6 / 10.8 / 11.0 / 11.8 for cuBLAS
-# and the activation kernel; even at 160-192 rows, and 15.8 against 14.8 at 256: larger steps keep cuBLAS.
+# and the activation kernel; the two were even at 160-192 rows, and at 256 it ran 15.8 against 14.8:
+# larger steps keep cuBLAS.
 GATE_UP_CONFIGS = {
     16: (16, 64, 128, 4, 4),
     32: (32, 64, 128, 4, 4),
