@@ -23,8 +23,9 @@ Served: Llama and Qwen2 (model_type `llama`, `qwen2`) with SiLU MLPs. Rotary emb
 the model's own `rotary_emb` module, so every RoPE variant it supports is applied as it applies it.
 Where cos and sin depend on the position alone (every type but dynamic and LongRoPE scaling, which
 follow the longest position in the batch), that module runs once for every position of the slot
-storage and a pass looks its positions up in the table: one kernel where the module launches about
-nine. Each entry is the value the module gives that position in any batch.
+storage and a pass looks its positions up in the table, in the same kernel as its embedding lookup
+(`embed`), where the module launches about nine. Each entry is the value the module gives that
+position in any batch.
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ class FusedDecoder:
         A decode step runs its projections but the down projection through `decode_linear`, and
         launches the kernels right after the engine's own kernels dependently (`dependent_launch`).
         """
-        normed, residual, cos, sin = self._embed(token_ids, positions, storage.capacity)
+        normed, residual, cos, sin = self.embed(token_ids, positions, storage.capacity)
         num_tokens = token_ids.shape[0]
         project = functools.partial(decode_linear, dependent=True) if decode else F.linear
         gate_up = functools.partial(decode_gate_up_silu, dependent=True) if decode else gate_up_silu
@@ -214,28 +215,26 @@ class FusedDecoder:
                 hidden = layer.down_projection(activated)
         return hidden, residual
 
-    def _embed(
+    def embed(
         self, token_ids: Tensor, positions: Tensor, capacity: int
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """(first layer's normed input, residual, cos, sin) of the tokens at `positions` (each below `capacity`)."""
+        """(first layer's normed input, residual, cos, sin) of the tokens at `positions` (each below `capacity`).
+
+        cos and sin [tokens, head_dim] are the model's rotary embedding in its dtype: looked up in
+        `rotary_table` along with the embedding, or, where they follow the pass's longest position,
+        computed by the model's module for this pass.
+        """
         first_norm = self.layers[0].input_norm
         if not self.rotary_by_position:
             hidden = self.embed_tokens(token_ids)
             normed, residual = add_rms_norm(hidden, None, first_norm, self.eps)
-            return normed, residual, *self.rotary(hidden, positions, capacity)
+            cos, sin = self.rotary_embedding(hidden, positions[None])
+            return normed, residual, cos[0], sin[0]
         table = self.rotary_table(capacity, self.embed_tokens.weight)
         normed, residual, both = embed_rms_norm(
             token_ids, positions, self.embed_tokens.weight, first_norm, self.eps, table
         )
         return normed, residual, both[:, 0], both[:, 1]
-
-    def rotary(self, hidden: Tensor, positions: Tensor, capacity: int) -> tuple[Tensor, Tensor]:
-        """(cos, sin) [tokens, head_dim] at `positions` (each below `capacity`), in `hidden`'s dtype."""
-        if not self.rotary_by_position:
-            cos, sin = self.rotary_embedding(hidden, positions[None])
-            return cos[0], sin[0]
-        both = self.rotary_table(capacity, hidden)[positions]
-        return both[:, 0], both[:, 1]
 
     def rotary_table(self, capacity: int, like: Tensor) -> Tensor:
         """[positions, 2, head_dim]: cos and sin of every position below `capacity` at least, in `like`'s dtype."""

@@ -112,9 +112,9 @@ def test_the_embedding_lookup_normalises_the_first_layers_input_as_the_norm_kern
     )  # fmt: skip
     embedded = decoder.embed_tokens(token_ids)
     expected_normed, _ = add_rms_norm(embedded, None, layer.input_norm, decoder.eps)
-    cos, sin = decoder.rotary(embedded, positions, 96)
+    cos, sin = model.model.rotary_emb(embedded, positions[None])
     assert torch.equal(hidden, embedded) and torch.equal(normed, expected_normed)
-    assert torch.equal(rotary[:, 0], cos) and torch.equal(rotary[:, 1], sin)
+    assert torch.equal(rotary[:, 0], cos[0]) and torch.equal(rotary[:, 1], sin[0])
 
 
 @pytest.mark.parametrize(
@@ -227,9 +227,10 @@ def test_rotary_looked_up_by_position_is_the_models_own_rotary_embedding(make_mo
     decoder = FusedDecoder(model)
     assert decoder.rotary_by_position
     hidden = torch.zeros((6, model.config.hidden_size), device="cuda", dtype=torch.bfloat16)
+    token_ids = torch.zeros(6, dtype=torch.long, device="cuda")
     for positions, capacity in (([0, 5, 95, 17, 5, 64], 96), ([100, 5, 127, 0, 3, 96], 128)):  # then grown
         positions = torch.tensor(positions, device="cuda")
-        cos, sin = decoder.rotary(hidden, positions, capacity)
+        _, _, cos, sin = decoder.embed(token_ids, positions, capacity)
         expected_cos, expected_sin = model.model.rotary_emb(hidden, positions[None])
         assert torch.equal(cos, expected_cos[0]) and torch.equal(sin, expected_sin[0])
 
@@ -244,6 +245,6 @@ def test_rotary_scaled_by_the_longest_position_is_computed_for_each_pass():
     assert not decoder.rotary_by_position
     hidden = torch.zeros((3, config.hidden_size), device="cuda", dtype=torch.bfloat16)
     positions = torch.tensor([3, 200, 7], device="cuda")  # past max_position_embeddings: scaled
-    cos, sin = decoder.rotary(hidden, positions, capacity=256)
+    _, _, cos, sin = decoder.embed(torch.zeros_like(positions), positions, capacity=256)
     expected_cos, expected_sin = model.model.rotary_emb(hidden, positions[None])
     assert torch.equal(cos, expected_cos[0]) and torch.equal(sin, expected_sin[0])
