@@ -28,7 +28,7 @@ from agentrl.engine.protocol import SamplingParams
 from agentrl.engine.sampling import RowSampling, sample_picked
 from agentrl.engine.slot_attention import install_slot_attention
 from agentrl.engine.slot_cache import SlotForward, SlotKVCache, causal_slot_mask
-from agentrl.engine.step_inputs import StepInputs, decode_inputs
+from agentrl.engine.step_inputs import PrefillRows, StepInputs, decode_inputs, prefill_inputs
 
 
 class ModelRunner:
@@ -51,6 +51,7 @@ class ModelRunner:
     ) -> None:
         self.model = model
         self.device = device
+        self.vocab_size = model.get_input_embeddings().num_embeddings  # token ids a pass can embed
         self._cache_keyword = cache_keyword(model)
         install_slot_attention(model)
         self.fused_decoder = None
@@ -124,11 +125,11 @@ class ModelRunner:
             return sample_picked(logits[:num_rows], sampling, self.samples[:num_rows])
         return picked[:, :num_rows]
 
-    def prefill(self, inputs: StepInputs, first_slot: int) -> torch.Tensor:
-        """Logits [rows, vocab] of each row's last prompt token; `inputs` (`prefill_inputs`) on the host."""
+    def prefill(self, rows: PrefillRows) -> torch.Tensor:
+        """Logits [rows, vocab] of each row's last prompt token."""
         if self.fused_decoder is None:
-            return self._module_forward(inputs.to(self.device), first_slot)
-        packed = PackedPrefill.of(inputs)
+            return self._module_forward(prefill_inputs(rows).to(self.device), rows.first_slot)
+        packed = PackedPrefill.of(rows)
         if self.prefill_graphs is not None and self.prefill_graphs.serves(packed):
             return self.prefill_graphs.run(packed)
         return self._fused_prefill(packed.aligned().to(self.device))

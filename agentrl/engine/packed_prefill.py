@@ -1,9 +1,9 @@
 """Inference stage, a prefill pass as the fused forward reads it: real tokens only, row after row.
 
-`step_inputs.prefill_inputs` lays a pass out left-padded, one row per request, for transformers'
-modules. The fused forward drops the padding: its tokens are packed one row after another, each
-with the slot and position its key/value is stored at, and prefill attention walks them in tiles
-of up to `TILE_TOKENS` tokens of one row. Each row's logits come from its last packed token.
+Transformers' modules read a pass left-padded (`step_inputs.prefill_inputs`); the fused forward
+reads its tokens packed one row after another, each with the slot and position its key/value is
+stored at, and prefill attention walks them in tiles of up to `TILE_TOKENS` tokens of one row.
+Each row's logits come from its last packed token.
 
 A captured prefill graph has fixed shapes, so `pad` widens a pass to a bucket: padding tokens
 (token 0, slot -1) are neither stored nor attended to, padding tiles hold no tokens, and padding
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from agentrl.engine.step_inputs import StepInputs
+from agentrl.engine.step_inputs import PrefillRows, counting_up
 
 TILE_TOKENS = 64  # query tokens of one row per prefill-attention program
 TOKEN_ALIGNMENT = 16  # `aligned` pads a pass to a multiple of this many tokens
@@ -41,23 +41,25 @@ class PackedPrefill:
         return self.last_tokens.shape[0]
 
     @staticmethod
-    def of(inputs: StepInputs) -> PackedPrefill:
-        """The real tokens of a left-padded pass (`prefill_inputs` on the host), packed."""
-        assert inputs.write_index is not None, "a prefill pass, not a decode step"
-        token_ids = inputs.input_ids.reshape(-1)[inputs.write_index]
-        per_token = torch.stack([token_ids, inputs.write_slots, inputs.write_positions])
-        counts = np.array([count for count, _ in inputs.row_spans])
-        starts = np.cumsum(counts) - counts
-        row_slots = inputs.write_slots.numpy()[starts].tolist()
-        tiles = [
-            (slot, start + offset, min(TILE_TOKENS, count - offset), first + offset)
-            for slot, start, count, (_, first) in zip(
-                row_slots, starts.tolist(), counts.tolist(), inputs.row_spans, strict=True
-            )
-            for offset in range(0, count, TILE_TOKENS)
-        ]
-        last_tokens = torch.from_numpy(starts + counts - 1)
-        return PackedPrefill(per_token, torch.tensor(tiles, dtype=torch.int64).reshape(-1, 4), last_tokens)
+    def of(rows: PrefillRows) -> PackedPrefill:
+        """The tokens `rows` feeds, packed, on the host."""
+        _, slots, positions = rows.per_token()
+        per_token = torch.from_numpy(np.stack([rows.token_ids, slots, positions]))
+        # Tile k of a row: its tokens 64k.. (at most TILE_TOKENS of them), vectorised over all tiles.
+        tiles_per_row = -(-rows.counts // TILE_TOKENS)
+        tile_row = np.repeat(np.arange(rows.num_rows), tiles_per_row)
+        offsets = TILE_TOKENS * counting_up(tiles_per_row)
+        tiles = np.stack(
+            [
+                rows.first_slot + tile_row,
+                rows.starts[tile_row] + offsets,
+                np.minimum(TILE_TOKENS, rows.counts[tile_row] - offsets),
+                rows.first_positions[tile_row] + offsets,
+            ],
+            axis=1,
+        )
+        last_tokens = torch.from_numpy(rows.starts + rows.counts - 1)
+        return PackedPrefill(per_token, torch.from_numpy(tiles), last_tokens)
 
     def pad(self, num_tokens: int, num_tiles: int, num_rows: int) -> PackedPrefill:
         """The same pass widened to `num_tokens` tokens, `num_tiles` tiles and `num_rows` rows."""

@@ -22,10 +22,10 @@ from agentrl.engine.admission import admit
 from agentrl.engine.engine_records import EngineStats, StepKind, StepRecord, WeightUpdate
 from agentrl.engine.model_runner import ModelRunner
 from agentrl.engine.pending_step import PendingStep, sample_sources
-from agentrl.engine.prefix_cache import PrefixCache
+from agentrl.engine.prefix_cache import PrefixCache, PrefixMatch
 from agentrl.engine.request import Request, resolve_future
 from agentrl.engine.sampling import RowSampling, draw_uniforms
-from agentrl.engine.step_inputs import prefill_inputs
+from agentrl.engine.step_inputs import PrefillRows
 
 SHUTDOWN = object()  # put in the inbox: the scheduler fails what is left and returns
 
@@ -119,39 +119,67 @@ class Scheduler:
                      prefix_cache=self.prefix_cache, packed=self.runner.packed_prefill)  # fmt: skip
 
     def _prefill(self, requests: list[Request]) -> int:
-        """One prefill pass over `requests`; returns the tokens it computed (padding too, unless packed)."""
+        """One prefill pass over `requests`; returns the tokens it computed (padding too, unless packed).
+
+        A request that would feed a token outside the vocabulary fails alone, before the pass.
+        """
+        matches = self._lookup_prefixes(requests)
+        rows = self._prefill_rows(requests, matches)
+        invalid = rows.out_of_vocabulary(self.runner.vocab_size)
+        if invalid:
+            requests, matches = self._fail_invalid(requests, matches, invalid)
+            if not requests:
+                return 0
+            rows = self._prefill_rows(requests, matches)
         self._decodes_since_prefill = 0
-        first_slot = len(self._rows)
         for request in requests:
             request.policy_version = self.policy_version
         self._rows.extend(requests)  # from here on a failure fails these rows too
         self.runner.grow_slots(max(len(r.prompt_ids) for r in requests))
-        cached_lengths = self._reuse_prefixes(requests, first_slot)
-        inputs = prefill_inputs([r.prompt_ids for r in requests], cached_lengths, first_slot)
-        logits = self.runner.prefill(inputs, first_slot)
-        self._pending.append(self._sample_prefill(logits, requests, first_slot))
+        if self.prefix_cache is not None:
+            self.prefix_cache.copy_into_slots(
+                [(match, rows.first_slot + i) for i, match in enumerate(matches)]
+            )
+        logits = self.runner.prefill(rows)
+        self._pending.append(self._sample_prefill(logits, requests, rows.first_slot))
         for request in requests:
             request.cache_length = len(request.prompt_ids)
         if self.prefix_cache is not None:
             self.prefix_cache.insert_from_slots(
-                [(r.prompt_ids, first_slot + i) for i, r in enumerate(requests)]
+                [(r.prompt_ids, rows.first_slot + i) for i, r in enumerate(requests)]
             )
         self.stats.num_prompt_tokens += sum(len(r.prompt_ids) for r in requests)
-        self.stats.num_prefix_cached_tokens += sum(cached_lengths)
-        computed = inputs.write_index.numel() if self.runner.packed_prefill else inputs.input_ids.numel()
+        self.stats.num_prefix_cached_tokens += int(rows.first_positions.sum())
+        computed = rows.num_tokens if self.runner.packed_prefill else rows.num_rows * int(rows.counts.max())
         self._record(StepKind.PREFILL, requests, num_tokens=computed)
         # No row is retired (and no row moves) before this iteration's decode step is launched: a
         # moved row would look for its unread first token where the next pass writes its own.
         return computed
 
-    def _reuse_prefixes(self, requests: list[Request], first_slot: int) -> list[int]:
-        """Copy each prompt's cached start into its slot; returns how many positions each covers."""
+    def _lookup_prefixes(self, requests: list[Request]) -> list[PrefixMatch | None]:
+        """Each prompt's longest cached start (None without a prefix cache)."""
         if self.prefix_cache is None:
-            return [0] * len(requests)
-        matches = [self.prefix_cache.lookup(r.prompt_ids) for r in requests]
-        self.prefix_cache.copy_into_slots([(match, first_slot + i) for i, match in enumerate(matches)])
+            return [None] * len(requests)
+        return [self.prefix_cache.lookup(r.prompt_ids) for r in requests]
+
+    def _prefill_rows(self, requests: list[Request], matches: list[PrefixMatch | None]) -> PrefillRows:
+        """What a pass over `requests` feeds after the cached starts `matches`, in the slots after the running rows."""
         # The last prompt token is always fed: its logits give the first completion token.
-        return [min(m.num_tokens, len(r.prompt_ids) - 1) for m, r in zip(matches, requests, strict=True)]
+        cached = [
+            0 if match is None else min(match.num_tokens, len(r.prompt_ids) - 1)
+            for r, match in zip(requests, matches, strict=True)
+        ]
+        return PrefillRows.of([r.prompt_ids for r in requests], cached, first_slot=len(self._rows))
+
+    def _fail_invalid(
+        self, requests: list[Request], matches: list[PrefixMatch | None], invalid: dict[int, int]
+    ) -> tuple[list[Request], list[PrefixMatch | None]]:
+        """Fail the requests at the `invalid` rows ({row: token id}); returns the others and their matches."""
+        for row, token_id in invalid.items():
+            message = f"prompt token id {token_id} is outside the vocabulary [0, {self.runner.vocab_size})"
+            resolve_future(requests[row].future, error=ValueError(message))
+        kept = [row for row in range(len(requests)) if row not in invalid]
+        return [requests[row] for row in kept], [matches[row] for row in kept]
 
     def _decode(self) -> None:
         """Launch a decode step for every running row; then read the passes launched before the previous step.

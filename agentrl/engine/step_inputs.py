@@ -1,13 +1,16 @@
 """Inference stage, forward inputs: the tokens, positions and cache writes of one engine pass.
 
 A prefill pass feeds, for each admitted row, the prompt tokens its slot does not hold yet (the
-prefix cache may already have copied the start of the prompt in). Rows are left-padded to one
-width so that the last column is every row's last prompt token, the one whose logits are
-sampled. Padding is neither stored nor attended to by real tokens.
+prefix cache may already have copied the start of the prompt in): `PrefillRows`, flat on the
+host. Transformers' modules read them left-padded to one width (`prefill_inputs`), so that the
+last column is every row's last prompt token, the one whose logits are sampled; padding is
+neither stored nor attended to by real tokens. The fused forward reads them packed
+(`packed_prefill`).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +29,6 @@ class StepInputs:
     write_positions: torch.Tensor  # [num_writes]
     write_index: torch.Tensor | None  # [num_writes] flat index into [num_rows * num_new]; None: all
     key_length: int  # slot positions attention reads: 1 + the largest position
-    row_spans: tuple[tuple[int, int], ...] = ()  # per row (new tokens, first new position); host-side
 
     def to(self, device: torch.device) -> StepInputs:
         """The same inputs on `device` (host tensors travel through pinned memory, see `host_copy`)."""
@@ -34,36 +36,84 @@ class StepInputs:
         return StepInputs(
             tensor_to_device(self.input_ids, device), tensor_to_device(self.positions, device),
             tensor_to_device(self.write_slots, device), tensor_to_device(self.write_positions, device),
-            index, self.key_length, self.row_spans,
+            index, self.key_length,
         )  # fmt: skip
 
 
-def prefill_inputs(prompts: list[list[int]], cached_lengths: list[int], first_slot: int) -> StepInputs:
-    """Feed `prompt[cached:]` of each row, at positions cached.., left-padded to one width.
+@dataclass(frozen=True)
+class PrefillRows:
+    """What a prefill pass feeds into slots `first_slot ..`: each prompt past its cached start.
 
-    Built with numpy: a few vectorised operations, where per-row torch operations cost tens of
-    microseconds each on the host while the device waits for the pass.
+    Built with numpy in a few vectorised operations: per-row work costs the host microseconds a
+    row while the device waits for the pass.
     """
-    suffixes = [prompt[cached:] for prompt, cached in zip(prompts, cached_lengths, strict=True)]
-    suffix_lengths = np.array([len(suffix) for suffix in suffixes])
-    num_rows, width = len(prompts), int(suffix_lengths.max())
-    input_ids = np.zeros((num_rows, width), dtype=np.int64)
-    for row, suffix in enumerate(suffixes):
-        input_ids[row, width - len(suffix) :] = suffix
-    offsets = np.arange(width)[None, :] - (width - suffix_lengths)[:, None]  # < 0 on padding
-    real = offsets >= 0
-    positions = np.where(real, np.array(cached_lengths)[:, None] + offsets, 0)
-    write_index = np.flatnonzero(real)
+
+    token_ids: np.ndarray  # [tokens] int64, row after row
+    counts: np.ndarray  # [rows] int64: tokens fed per row (at least one: the last prompt token)
+    first_positions: np.ndarray  # [rows] int64: position of each row's first fed token
+    first_slot: int
+    key_length: int  # slot positions attention reads: the longest prompt
+
+    @staticmethod
+    def of(prompts: list[list[int]], cached_lengths: list[int], first_slot: int) -> PrefillRows:
+        """Feed `prompt[cached:]` of each prompt, at positions cached.. of slot first_slot + row."""
+        suffixes = [prompt[cached:] for prompt, cached in zip(prompts, cached_lengths, strict=True)]
+        counts = np.fromiter(map(len, suffixes), np.int64, len(suffixes))
+        token_ids = np.fromiter(itertools.chain.from_iterable(suffixes), np.int64, int(counts.sum()))
+        return PrefillRows(
+            token_ids, counts, np.array(cached_lengths, dtype=np.int64), first_slot, max(map(len, prompts))
+        )
+
+    @property
+    def num_rows(self) -> int:
+        return self.counts.shape[0]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.token_ids.shape[0]
+
+    @property
+    def starts(self) -> np.ndarray:
+        """[rows]: index of each row's first token in `token_ids`."""
+        return np.cumsum(self.counts) - self.counts
+
+    def per_token(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row, slot, position) [tokens] of every token fed."""
+        rows = np.repeat(np.arange(self.num_rows), self.counts)
+        return rows, self.first_slot + rows, self.first_positions[rows] + counting_up(self.counts)
+
+    def out_of_vocabulary(self, vocab_size: int) -> dict[int, int]:
+        """{row: its first token id outside [0, vocab_size)}, for the rows that feed one."""
+        bad = np.flatnonzero((self.token_ids < 0) | (self.token_ids >= vocab_size))
+        rows = np.searchsorted(np.cumsum(self.counts), bad, side="right")
+        first = {}
+        for row, index in zip(rows.tolist(), bad.tolist(), strict=True):
+            first.setdefault(row, int(self.token_ids[index]))
+        return first
+
+
+def counting_up(counts: np.ndarray) -> np.ndarray:
+    """[sum(counts)]: 0, 1, .., count - 1 for each count in turn."""
+    return np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def prefill_inputs(rows: PrefillRows) -> StepInputs:
+    """`rows` left-padded to one width, as transformers' modules read a pass."""
+    width = int(rows.counts.max())
+    row_of, slots, positions = rows.per_token()
+    columns = width - rows.counts[row_of] + positions - rows.first_positions[row_of]  # rows end together
+    write_index = row_of * width + columns
+    input_ids = np.zeros(rows.num_rows * width, dtype=np.int64)
+    input_ids[write_index] = rows.token_ids
+    padded_positions = np.zeros(rows.num_rows * width, dtype=np.int64)
+    padded_positions[write_index] = positions
     return StepInputs(
-        input_ids=torch.from_numpy(input_ids),
-        positions=torch.from_numpy(positions),
-        write_slots=torch.from_numpy(first_slot + write_index // width),
-        write_positions=torch.from_numpy(positions.reshape(-1)[write_index]),
+        input_ids=torch.from_numpy(input_ids.reshape(rows.num_rows, width)),
+        positions=torch.from_numpy(padded_positions.reshape(rows.num_rows, width)),
+        write_slots=torch.from_numpy(slots),
+        write_positions=torch.from_numpy(positions),
         write_index=torch.from_numpy(write_index),
-        key_length=max(len(prompt) for prompt in prompts),
-        row_spans=tuple(
-            (len(suffix), cached) for suffix, cached in zip(suffixes, cached_lengths, strict=True)
-        ),
+        key_length=rows.key_length,
     )
 
 

@@ -109,7 +109,6 @@ class TransformersEngine:
         self.device = torch.device(device)
         self.model = model.to(device=self.device, dtype=resolve_dtype(dtype)).eval()
         self.eos_ids = eos_ids(model, tokenizer_or_eos_ids)
-        self.vocab_size = model.get_input_embeddings().num_embeddings
         self.max_context_len = max_context_len or model.config.max_position_embeddings
         # Before the parameters are listed below: the fused forward packs some of them.
         self.runner = ModelRunner(self.model, device=self.device, max_batch_size=max_batch_size,
@@ -218,9 +217,6 @@ class TransformersEngine:
             raise RuntimeError("TransformersEngine is closed; create a new engine to generate")
 
     def _validate_prompt(self, prompt_ids: list[int]) -> None:
+        # Token ids are checked by the scheduler, vectorised over a pass (`PrefillRows.out_of_vocabulary`).
         if len(prompt_ids) == 0:
             raise ValueError("prompt_ids is empty; the model needs at least one prompt token")
-        low, high = min(prompt_ids), max(prompt_ids)
-        if low < 0 or high >= self.vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"prompt token id {bad} is outside the vocabulary [0, {self.vocab_size})")

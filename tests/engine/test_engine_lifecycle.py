@@ -192,10 +192,26 @@ async def test_hundreds_of_concurrent_callers_share_forward_passes():
     ("prompt", "message"),
     [([], "prompt_ids is empty"), ([1, 64], "token id 64 is outside"), ([-1, 2], "token id -1 is outside")],
 )
-async def test_bad_prompts_are_rejected_before_queueing(prompt, message):
+async def test_bad_prompts_are_rejected_before_any_pass(prompt, message):
     async with TransformersEngine(tiny_qwen2(), []) as engine:
         with pytest.raises(ValueError, match=message):
             await engine.generate(prompt, GREEDY)
+        assert engine.stats.num_prefill_steps == 0
+
+
+async def test_a_prompt_outside_the_vocabulary_fails_alone_and_its_pass_runs_the_others():
+    async with TransformersEngine(tiny_qwen2(), []) as engine:
+        first, bad, last = await asyncio.gather(
+            engine.generate(PROMPT, GREEDY),
+            engine.generate([1, 2, 64, 3, 70], GREEDY),
+            engine.generate([7, 8], GREEDY),
+            return_exceptions=True,
+        )
+        assert isinstance(bad, ValueError)
+        assert str(bad) == "prompt token id 64 is outside the vocabulary [0, 64)"  # its first bad token
+        assert engine.stats.num_prefill_steps == 1 and engine.stats.num_prompt_tokens == 5 + 2
+        assert first.completion_ids == (await engine.generate(PROMPT, GREEDY)).completion_ids
+        assert last.completion_ids == (await engine.generate([7, 8], GREEDY)).completion_ids
 
 
 @pytest.mark.parametrize(

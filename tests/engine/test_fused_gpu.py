@@ -13,7 +13,7 @@ from agentrl.engine import SamplingParams, TransformersEngine
 from agentrl.engine.decode_batch import DecodeBatch, DecodeInputs
 from agentrl.engine.packed_prefill import PackedPrefill
 from agentrl.engine.sampling import inverse_cdf_sample
-from agentrl.engine.step_inputs import prefill_inputs
+from agentrl.engine.step_inputs import PrefillRows
 from tests.engine.conftest import VOCAB_SIZE, tiny_llama, tiny_qwen2
 from tests.engine.test_transformers_engine import PROMPTS, assert_same_generations
 
@@ -130,7 +130,7 @@ def test_prefill_attention_matches_causal_sdpa_over_each_rows_slot(
     keys, values = torch.randn((2, 6, kv_heads, 300, head_dim), generator=generator, device="cuda").to(dtype)
     spans = [(5, 0), (70, 3), (1, 130), (130, 0)]  # (new tokens, first position) of slots 1..4
     prompts = [[7] * (num_tokens + start) for num_tokens, start in spans]
-    packed = PackedPrefill.of(prefill_inputs(prompts, [start for _, start in spans], first_slot=1))
+    packed = PackedPrefill.of(PrefillRows.of(prompts, [start for _, start in spans], first_slot=1))
     tiles = packed.pad(packed.num_tokens, packed.tiles.shape[0] + 3, packed.num_rows).tiles  # empty tiles too
     queries = torch.randn((206, heads, head_dim), generator=generator, device="cuda").to(dtype)
     got = prefill_attention(queries, keys, values, tiles.to("cuda"), 0.3)
@@ -150,14 +150,14 @@ def test_prefill_attention_matches_causal_sdpa_over_each_rows_slot(
 
 def test_a_small_prefill_pass_replayed_from_a_graph_gives_the_eager_passs_logits_and_keys():
     prompts = [[(3 * i + j) % 60 + 1 for j in range(5 + 9 * i)] for i in range(5)]
-    inputs = prefill_inputs(prompts, [0, 2, 0, 4, 0], first_slot=1)  # rows 1 and 3 start from cached keys
+    rows = PrefillRows.of(prompts, [0, 2, 0, 4, 0], first_slot=1)  # rows 1 and 3 start from cached keys
     results = []
     for graphs in (False, True):
         engine = TransformersEngine(tiny_qwen2(), [], device="cuda", cuda_graphs=graphs)
         runner = engine.runner
         with torch.inference_mode():  # as on the engine's scheduler thread
             runner.grow_slots(64)  # with graphs, this captures every prefill bucket: 64..2048 tokens
-            logits = runner.prefill(inputs, first_slot=1).clone()
+            logits = runner.prefill(rows).clone()
             results.append((logits, runner.slots.keys.clone(), runner.slots.values.clone()))
         if graphs:
             assert runner.prefill_graphs.num_graphs == 6
@@ -200,13 +200,13 @@ def kernels_compiled_after_a_first_pass(model, passes: list[list[int]], monkeypa
     compiled = []
     with torch.inference_mode():  # as on the engine's scheduler thread
         runner.grow_slots(max(64, *(max(lengths) for lengths in passes)))
-        runner.prefill(prefill_inputs([[3] * 37], [0], first_slot=0), first_slot=0)
+        runner.prefill(PrefillRows.of([[3] * 37], [0], first_slot=0))
         monkeypatch.setattr(
             triton.knobs.runtime, "jit_cache_hook", lambda **call: compiled.append(call["repr"])
         )
         for lengths in passes:
             prompts = [[3] * length for length in lengths]
-            runner.prefill(prefill_inputs(prompts, [0] * len(prompts), first_slot=0), first_slot=0)
+            runner.prefill(PrefillRows.of(prompts, [0] * len(prompts), first_slot=0))
         torch.cuda.synchronize()
     asyncio.run(engine.close())
     return compiled

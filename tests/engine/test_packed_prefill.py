@@ -6,12 +6,11 @@ import torch
 
 from agentrl.engine.packed_prefill import TILE_TOKENS, TOKEN_ALIGNMENT, PackedPrefill
 from agentrl.engine.prefill_graphs import power_of_two_at_least
-from agentrl.engine.step_inputs import prefill_inputs
+from agentrl.engine.step_inputs import PrefillRows
 
 
 def test_a_pass_packs_each_rows_uncached_tokens_with_their_slots_positions_and_last_token():
-    inputs = prefill_inputs([[5, 6, 7], [8, 9, 10, 11, 12], [13]], [0, 3, 0], first_slot=2)
-    packed = PackedPrefill.of(inputs)
+    packed = PackedPrefill.of(PrefillRows.of([[5, 6, 7], [8, 9, 10, 11, 12], [13]], [0, 3, 0], first_slot=2))
     assert packed.per_token.tolist() == [
         [5, 6, 7, 11, 12, 13],  # token ids: row 1's first three tokens are cached
         [2, 2, 2, 3, 3, 4],  # slots
@@ -24,7 +23,7 @@ def test_a_pass_packs_each_rows_uncached_tokens_with_their_slots_positions_and_l
 
 def test_a_row_longer_than_a_tile_is_cut_into_tiles_of_its_own():
     count = 2 * TILE_TOKENS + 5
-    packed = PackedPrefill.of(prefill_inputs([[1] * 3, [2] * (count + 7)], [0, 7], first_slot=0))
+    packed = PackedPrefill.of(PrefillRows.of([[1] * 3, [2] * (count + 7)], [0, 7], first_slot=0))
     assert packed.tiles.tolist() == [
         [0, 0, 3, 0],
         [1, 3, TILE_TOKENS, 7],
@@ -34,7 +33,7 @@ def test_a_row_longer_than_a_tile_is_cut_into_tiles_of_its_own():
 
 
 def test_padding_adds_unstored_tokens_empty_tiles_and_rows_that_read_token_zero():
-    packed = PackedPrefill.of(prefill_inputs([[5, 6], [7]], [0, 0], first_slot=1))
+    packed = PackedPrefill.of(PrefillRows.of([[5, 6], [7]], [0, 0], first_slot=1))
     padded = packed.pad(num_tokens=5, num_tiles=4, num_rows=4)
     assert padded.per_token.tolist() == [[5, 6, 7, 0, 0], [1, 1, 2, -1, -1], [0, 1, 0, 0, 0]]
     assert padded.tiles.tolist() == [[1, 0, 2, 0], [2, 2, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
@@ -42,19 +41,19 @@ def test_padding_adds_unstored_tokens_empty_tiles_and_rows_that_read_token_zero(
 
 
 def test_an_aligned_pass_is_padded_to_whole_alignment_steps_with_its_tiles_and_rows_unchanged():
-    packed = PackedPrefill.of(prefill_inputs([[5] * 9, [6] * 12], [0, 2], first_slot=0))  # 19 tokens
+    packed = PackedPrefill.of(PrefillRows.of([[5] * 9, [6] * 12], [0, 2], first_slot=0))  # 19 tokens
     aligned = packed.aligned()
     assert aligned.num_tokens == 2 * TOKEN_ALIGNMENT == 32
     assert aligned.per_token[:, :19].tolist() == packed.per_token.tolist()
     assert aligned.per_token[:, 19:].tolist() == [[0] * 13, [-1] * 13, [0] * 13]  # token 0, never stored
     assert aligned.tiles.tolist() == packed.tiles.tolist() == [[0, 0, 9, 0], [1, 9, 10, 2]]
     assert aligned.last_tokens.tolist() == packed.last_tokens.tolist() == [8, 18]
-    already = PackedPrefill.of(prefill_inputs([[7] * TOKEN_ALIGNMENT], [0], first_slot=3))
+    already = PackedPrefill.of(PrefillRows.of([[7] * TOKEN_ALIGNMENT], [0], first_slot=3))
     assert already.aligned() is already
 
 
 def test_the_flat_vector_holds_every_field_and_views_give_them_back():
-    packed = PackedPrefill.of(prefill_inputs([[5, 6], [7, 8, 9]], [1, 0], first_slot=0))
+    packed = PackedPrefill.of(PrefillRows.of([[5, 6], [7, 8, 9]], [1, 0], first_slot=0))
     flat = packed.flat()
     assert flat.dtype == torch.int64 and flat.numel() == 3 * 4 + 4 * 2 + 2
     back = PackedPrefill.view(flat, num_tokens=4, num_tiles=2)

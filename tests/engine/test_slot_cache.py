@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from agentrl.engine.slot_attention import grouped_query_attention
 from agentrl.engine.slot_cache import SlotForward, SlotKVCache, causal_slot_mask
-from agentrl.engine.step_inputs import decode_inputs, prefill_inputs
+from agentrl.engine.step_inputs import PrefillRows, decode_inputs, prefill_inputs
 
 
 def one_layer_slots(num_slots: int = 3, capacity: int = 4) -> SlotKVCache:
@@ -18,10 +18,10 @@ def one_layer_slots(num_slots: int = 3, capacity: int = 4) -> SlotKVCache:
 
 
 def test_prefill_feeds_only_uncached_prompt_tokens_left_padded_at_their_positions():
-    inputs = prefill_inputs([[5, 6, 7, 8], [9, 10]], cached_lengths=[2, 0], first_slot=1)
+    inputs = prefill_inputs(PrefillRows.of([[5, 6, 7, 8], [9, 10]], cached_lengths=[2, 0], first_slot=1))
     assert inputs.input_ids.tolist() == [[7, 8], [9, 10]]
     assert inputs.positions.tolist() == [[2, 3], [0, 1]]
-    inputs = prefill_inputs([[5, 6, 7, 8], [9]], cached_lengths=[1, 0], first_slot=1)
+    inputs = prefill_inputs(PrefillRows.of([[5, 6, 7, 8], [9]], cached_lengths=[1, 0], first_slot=1))
     assert inputs.input_ids.tolist() == [[6, 7, 8], [0, 0, 9]]
     assert inputs.positions.tolist() == [[1, 2, 3], [0, 0, 0]]
     # Padding is not stored: four real tokens, written to slots 1 and 2.
@@ -29,6 +29,13 @@ def test_prefill_feeds_only_uncached_prompt_tokens_left_padded_at_their_position
     assert inputs.write_slots.tolist() == [1, 1, 1, 2]
     assert inputs.write_positions.tolist() == [1, 2, 3, 0]
     assert inputs.key_length == 4
+
+
+def test_a_pass_names_each_row_that_feeds_a_token_outside_the_vocabulary_with_its_first_one():
+    rows = PrefillRows.of([[1, 70, -3], [5], [9, 80], [99, 2]], cached_lengths=[0, 0, 0, 1], first_slot=3)
+    assert rows.out_of_vocabulary(64) == {0: 70, 2: 80}  # row 3's 99 is cached, not fed
+    assert rows.out_of_vocabulary(100) == {0: -3}
+    assert (rows.num_rows, rows.num_tokens, rows.counts.tolist()) == (4, 7, [3, 1, 2, 1])
 
 
 def test_decode_feeds_one_token_per_row_at_its_cache_length():
@@ -47,7 +54,7 @@ def test_a_token_sees_its_own_and_earlier_positions_and_padding_sees_position_ze
 
 def test_a_forward_writes_real_tokens_into_their_slots_and_reads_the_slot_prefix_in_place():
     slots = one_layer_slots()
-    inputs = prefill_inputs([[5, 6, 7], [9]], cached_lengths=[0, 0], first_slot=1)
+    inputs = prefill_inputs(PrefillRows.of([[5, 6, 7], [9]], cached_lengths=[0, 0], first_slot=1))
     plan = SlotForward(
         slots, 1, 2, inputs.key_length, inputs.write_slots, inputs.write_positions, inputs.write_index
     )
