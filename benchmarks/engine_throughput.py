@@ -13,7 +13,8 @@ produces exactly its budget). Measured in the same run, on the same random-weigh
 It also prints the memory roofline of the engine's run: each decode step must read every weight
 once and the keys/values of every running row, at the device-to-device copy bandwidth measured
 in the same run (bytes read + written per second); the floor is those bytes over that bandwidth,
-summed over the decode steps the engine actually ran.
+summed over the decode steps the engine actually ran. Last, it times weight sync: `update_weights`
+with the model's own state dict already on the device, as many times as the rounds.
 
 CPU:  python benchmarks/engine_throughput.py --model tiny --device cpu
 GPU:  python benchmarks/engine_throughput.py --model qwen2.5-0.5b --device cuda --dtype bfloat16 \
@@ -192,7 +193,7 @@ async def run_engine(model: PreTrainedModel, workload: Workload, args: argparse.
             with profiler as region:
                 await run_once()
             print(f"engine, the workload once more:\n{format_profile(region.result)}")
-        await time_weight_sync(engine, model)
+        await time_weight_sync(engine, model, args.repeats)
     return median_round(rounds)
 
 
@@ -206,15 +207,31 @@ def median_round(rounds: list[Measurement]) -> Measurement:
     return sorted(rounds, key=lambda m: m.seconds)[len(rounds) // 2]
 
 
-async def time_weight_sync(engine: TransformersEngine, model: PreTrainedModel) -> None:
-    """Time `update_weights` with a full state dict already on the engine's device and dtype."""
+async def time_weight_sync(engine: TransformersEngine, model: PreTrainedModel, repeats: int) -> None:
+    """Time `update_weights` with a full state dict already on the engine's device and dtype, `repeats` times.
+
+    One update is one sample of a few milliseconds, which a pause anywhere on the host can
+    multiply; with several, the median and the range are printed.
+    """
     state_dict = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     num_bytes = sum(t.numel() * t.element_size() for t in state_dict.values())
-    start = time.perf_counter()
-    await engine.update_weights(state_dict, version=engine.policy_version + 1)
-    seconds = time.perf_counter() - start
-    print(f"weight sync: {num_bytes / 1e9:.3f} GB state dict on {engine.device}: {seconds * 1e3:.1f} ms "
-          f"end to end, {engine.stats.weight_sync_seconds * 1e3:.1f} ms copying in place")  # fmt: skip
+    end_to_end, copying = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        await engine.update_weights(state_dict, version=engine.policy_version + 1)
+        end_to_end.append(time.perf_counter() - start)
+        copying.append(engine.stats.weight_sync_seconds)
+    what = f"{repeats} updates, median" if repeats > 1 else "one update"
+    print(f"weight sync: {num_bytes / 1e9:.3f} GB state dict on {engine.device}, {what}: "
+          f"{milliseconds(end_to_end)} end to end, {milliseconds(copying)} copying in place")  # fmt: skip
+
+
+def milliseconds(samples: list[float]) -> str:
+    """The median of `samples` (seconds) in ms, with their range when there are several."""
+    median = sorted(samples)[len(samples) // 2] * 1e3
+    if len(samples) == 1:
+        return f"{median:.1f} ms"
+    return f"{median:.1f} ms ({min(samples) * 1e3:.1f}-{max(samples) * 1e3:.1f})"
 
 
 def sample_kwargs(max_new_tokens: int) -> dict:

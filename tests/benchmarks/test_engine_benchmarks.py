@@ -27,6 +27,8 @@ def test_single_turn_benchmark_prints_its_ratios_and_roofline_and_profiles_when_
     assert re.fullmatch(r"memory roofline: .* engine at [0-9.]+% of it", lines[-1])
     engine_row = next(line for line in lines if line.startswith("engine (continuous batching)"))
     assert engine_row.split()[3:5] == ["8", "requests"]
+    sync = r"weight sync: [0-9.]+ GB state dict on cpu, one update: [0-9.]+ ms end to end, [0-9.]+ ms copying in place"
+    assert sum(re.fullmatch(sync, line) is not None for line in lines) == 1
     profiles = [line for line in lines if line.startswith("profile: ")]
     assert len(profiles) == (1 if profile else 0)
     assert all(line.endswith("no GPU kernels recorded (CPU run)") for line in profiles)
@@ -59,6 +61,17 @@ def test_repeated_rounds_report_the_median_round_of_the_engine_and_print_every_r
     engine_row = next(line for line in lines if line.startswith("engine (continuous batching) "))
     reported = float(engine_row.split()[-4])  # "... <seconds> s <tokens/s> tokens/s <passes> passes"
     assert abs(reported - speeds[1]) <= 0.5 + 1e-3 * speeds[1]  # the printed speeds are rounded
+    # Weight sync is timed as often as the rounds: the median update, within the range printed.
+    sync = next(line for line in lines if line.startswith("weight sync: "))
+    number = r"([0-9.]+)"
+    match = re.fullmatch(
+        rf"weight sync: {number} GB state dict on cpu, 3 updates, median: {number} ms \({number}-{number}\) "
+        rf"end to end, {number} ms \({number}-{number}\) copying in place",
+        sync,
+    )
+    assert match is not None, sync
+    _, median, low, high, copy_median, copy_low, copy_high = map(float, match.groups())
+    assert low <= median <= high and copy_low <= copy_median <= copy_high
     multi = run_benchmark("engine_multiturn.py", "--repeats", "2")
     for state in ("on", "off"):
         assert (
