@@ -12,7 +12,7 @@ import torch
 class StepKind(str, enum.Enum):
     """Which kind of forward pass the scheduler ran."""
 
-    PREFILL = "prefill"  # prompts of newly admitted requests, left-padded into one pass
+    PREFILL = "prefill"  # prompts of newly admitted requests, in one pass
     DECODE = "decode"  # one new token for every running row
 
 

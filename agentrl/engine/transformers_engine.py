@@ -1,8 +1,8 @@
 """Inference stage: the built-in engine, a transformers causal LM behind continuous batching.
 
 Callers (one asyncio task per agent) await `generate`; a single scheduler thread
-(`scheduler`) owns the model. Each iteration it prefills waiting requests in a left-padded
-forward pass (a few passes when group members wait for their shared prompt's blocks), then runs
+(`scheduler`) owns the model. Each iteration it prefills waiting requests in one forward pass
+(a few passes when group members wait for their shared prompt's blocks), then runs
 one decode step for every running row: new requests join at the next decode step after their
 prefill and finished ones leave at once (iteration-level scheduling). Results travel back to
 each caller's event loop through its future.
