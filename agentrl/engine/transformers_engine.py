@@ -160,7 +160,11 @@ class TransformersEngine:
     # ---- caller side (any event loop, any thread) ----
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
-        """Sample one completion of `prompt_ids`; cancelling the caller frees its batch row."""
+        """Sample one completion of `prompt_ids`; cancelling the caller frees its batch row.
+
+        Raises ValueError for bad sampling settings or an empty prompt at once, and for a prompt
+        token id outside the vocabulary when the scheduler reaches the request, before its pass.
+        """
         validate_sampling(sampling)
         self._validate_prompt(prompt_ids)
         budget = min(sampling.max_new_tokens, self.max_context_len - len(prompt_ids))
