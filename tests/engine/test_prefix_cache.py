@@ -117,6 +117,27 @@ async def test_a_group_prefills_its_shared_prompt_once_and_samples_what_cold_pre
     assert (cached.stats.num_prompt_tokens, cached.stats.num_prefix_cached_tokens) == (40, 24)
 
 
+async def test_a_bad_prompt_among_cache_hits_fails_alone_and_the_hits_sample_what_cold_prefill_samples():
+    model = tiny_qwen2()
+    prompts = [
+        PROMPT + [11],
+        PROMPT + [64],
+        PROMPT + [12],
+    ]  # the middle one feeds a token outside the vocabulary
+    async with engine(model) as cached:
+        await cached.generate(PROMPT, GROUP[0])  # caches the shared prompt's two full blocks
+        before = cached.stats.num_prefix_cached_tokens
+        got = await asyncio.gather(
+            *[cached.generate(p, s) for p, s in zip(prompts, GROUP[1:], strict=True)], return_exceptions=True
+        )
+        read = cached.stats.num_prefix_cached_tokens - before
+    async with engine(model, prefix_cache_bytes=0) as cold:
+        expected = [await cold.generate(prompts[i], GROUP[1 + i]) for i in (0, 2)]
+    assert isinstance(got[1], ValueError) and str(got[1]).startswith("prompt token id 64 is outside")
+    assert_same_generations([got[0], got[2]], expected)
+    assert read == 2 * 2 * BLOCK  # each hit read both full blocks; the failed request read nothing
+
+
 async def test_the_next_turn_reuses_the_previous_turns_keys_and_values():
     model = tiny_qwen2()
     first_turn = SamplingParams(max_new_tokens=8, temperature=1.0, seed=5)
