@@ -89,15 +89,30 @@ def decode_linear(
     """
     if not runs_in_triton(x.shape[0], weight):
         return F.linear(x, weight, bias)
+    block_rows = min(64, max(16, triton.next_power_of_2(x.shape[0])))
+    out = torch.empty((x.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
+    return _launch(x, weight, bias, out, (block_rows, BLOCK_OUT, BLOCK_IN, 4, NUM_STAGES), False, dependent)
+
+
+def _launch(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    out: torch.Tensor,
+    config: tuple[int, int, int, int, int],
+    gated: bool,
+    dependent: bool,
+) -> torch.Tensor:
+    """`_linear` of `x` into `out` [rows, out_features]; `config`: (block rows, output features, input
+    features, warps, stages)."""
     num_rows, in_features = x.shape
-    out_features = weight.shape[0]
+    out_features = out.shape[1]
     assert x.stride(1) == 1 and weight.is_contiguous()
-    out = torch.empty((num_rows, out_features), dtype=x.dtype, device=x.device)
-    block_rows = min(64, max(16, triton.next_power_of_2(num_rows)))
-    _linear[(triton.cdiv(out_features, BLOCK_OUT), triton.cdiv(num_rows, block_rows))](
+    block_rows, block_out, block_in, num_warps, num_stages = config
+    _linear[(triton.cdiv(out_features, block_out), triton.cdiv(num_rows, block_rows))](
         x, weight, bias if bias is not None else weight, out, num_rows, out_features, in_features, x.stride(0),
-        HAS_BIAS=bias is not None, GATED=False, BLOCK_ROWS=block_rows, BLOCK_OUT=BLOCK_OUT, BLOCK_IN=BLOCK_IN,
-        num_warps=4, num_stages=NUM_STAGES, **launch_options(x.device, dependent),
+        HAS_BIAS=bias is not None, GATED=gated, BLOCK_ROWS=block_rows, BLOCK_OUT=block_out, BLOCK_IN=block_in,
+        num_warps=num_warps, num_stages=num_stages, **launch_options(x.device, dependent),
     )  # fmt: skip
     return out
 
@@ -135,15 +150,6 @@ def decode_gate_up_silu(
     """
     if not runs_gate_up_in_triton(x.shape[0], weight):
         return silu_and_multiply(F.linear(x, weight, bias))
-    num_rows, in_features = x.shape
-    num_features = weight.shape[0] // 2
-    assert x.stride(1) == 1 and weight.is_contiguous()
-    out = torch.empty((num_rows, num_features), dtype=x.dtype, device=x.device)
-    bucket = min((b for b in GATE_UP_CONFIGS if b >= num_rows), default=max(GATE_UP_CONFIGS))
-    block_rows, block_out, block_in, num_warps, num_stages = GATE_UP_CONFIGS[bucket]
-    _linear[(triton.cdiv(num_features, block_out), triton.cdiv(num_rows, block_rows))](
-        x, weight, bias if bias is not None else weight, out, num_rows, num_features, in_features, x.stride(0),
-        HAS_BIAS=bias is not None, GATED=True, BLOCK_ROWS=block_rows, BLOCK_OUT=block_out, BLOCK_IN=block_in,
-        num_warps=num_warps, num_stages=num_stages, **launch_options(x.device, dependent),
-    )  # fmt: skip
-    return out
+    bucket = min((b for b in GATE_UP_CONFIGS if b >= x.shape[0]), default=max(GATE_UP_CONFIGS))
+    out = torch.empty((x.shape[0], weight.shape[0] // 2), dtype=x.dtype, device=x.device)
+    return _launch(x, weight, bias, out, GATE_UP_CONFIGS[bucket], True, dependent)
