@@ -76,8 +76,13 @@ def _linear(
 
 def runs_in_triton(num_rows: int, weight: torch.Tensor) -> bool:
     """Whether `decode_linear` runs this product itself (else it calls `F.linear`)."""
-    small = weight.numel() * weight.element_size() <= MAX_WEIGHT_BYTES
-    return num_rows <= MAX_ROWS and small and weight.dtype in (torch.bfloat16, torch.float16)
+    return _within(num_rows, weight, MAX_ROWS, MAX_WEIGHT_BYTES)
+
+
+def _within(num_rows: int, weight: torch.Tensor, max_rows: int, max_weight_bytes: int) -> bool:
+    """A half-precision product of at most `max_rows` rows against at most `max_weight_bytes` of weight."""
+    small = weight.numel() * weight.element_size() <= max_weight_bytes
+    return num_rows <= max_rows and small and weight.dtype in (torch.bfloat16, torch.float16)
 
 
 def decode_linear(
@@ -135,8 +140,7 @@ MAX_GATE_UP_WEIGHT_BYTES = 32 << 20
 
 def runs_gate_up_in_triton(num_rows: int, weight: torch.Tensor) -> bool:
     """Whether `decode_gate_up_silu` runs this product itself (else cuBLAS, then the activation kernel)."""
-    small = weight.numel() * weight.element_size() <= MAX_GATE_UP_WEIGHT_BYTES
-    return num_rows <= MAX_GATE_UP_ROWS and small and weight.dtype in (torch.bfloat16, torch.float16)
+    return _within(num_rows, weight, MAX_GATE_UP_ROWS, MAX_GATE_UP_WEIGHT_BYTES)
 
 
 def decode_gate_up_silu(
