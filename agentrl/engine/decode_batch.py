@@ -9,6 +9,10 @@ below 2**53), written on the host and copied once; the device unpacks it with a 
 
 A block may have more columns than the step has rows (a CUDA graph bucket): padding columns
 decode greedily, from token 0 at position 0, and nobody reads what they sample.
+
+On CUDA the step's sampler writes each row's (token id, logprob) straight into pinned host memory,
+the runner's pick buffer, so that no copy to the host sits between two steps. The buffer has
+`PICK_ENTRIES` entries; the block names the one this step writes (the same in every column).
 """
 
 from __future__ import annotations
@@ -22,8 +26,13 @@ from agentrl.engine.protocol import SamplingParams
 from agentrl.engine.sampling import RowSampling, sampling_rows, uses_filters
 
 POSITIONS, SOURCES, HOST_IDS, SAMPLING = 0, 1, 2, 3  # rows of the block; SAMPLING.. hold `sampling_rows`
-NUM_FIELDS = SAMPLING + 4
-PADDING = np.array([0.0, -1.0, 0.0, 0.0, -1.0, 1.0, 0.0])[:, None]  # a padding column, field by field
+PICK_ENTRY = SAMPLING + 4  # the entry of the pick buffer the step writes
+NUM_FIELDS = PICK_ENTRY + 1
+PADDING = np.array([0.0, -1.0, 0.0, 0.0, -1.0, 1.0, 0.0, 0.0])[:, None]  # a padding column, field by field
+# Steps take the pick buffer's entries but the last in turn; graph captures write the last. At most
+# two decode steps are unread at once (`pending_step`), so an entry is written again only after
+# its step was read.
+PICK_ENTRIES = 5
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,7 @@ class DecodeBatch:
     staged: torch.Tensor  # [NUM_FIELDS, columns] float64 on the host (pinned when bound for CUDA)
     params: list[SamplingParams]  # [num_rows], for the host-side sampling flags
     max_position: int
+    pick_entry: int
 
     @staticmethod
     def stage(
@@ -44,6 +54,7 @@ class DecodeBatch:
         *,
         columns: int,
         pin: bool,
+        pick_entry: int = 0,
     ) -> DecodeBatch:
         """`sources[i]`: the entry of the runner's sample buffer row i feeds on, or -1 to feed `host_ids[i]`."""
         staged = torch.empty((NUM_FIELDS, columns), dtype=torch.float64, pin_memory=pin)
@@ -53,14 +64,17 @@ class DecodeBatch:
         block[POSITIONS, :num_rows] = positions
         block[SOURCES, :num_rows] = sources
         block[HOST_IDS, :num_rows] = host_ids
-        block[SAMPLING:, :num_rows] = sampling_rows(params, uniforms)
-        return DecodeBatch(staged, params, max(positions))
+        block[SAMPLING:PICK_ENTRY, :num_rows] = sampling_rows(params, uniforms)
+        block[PICK_ENTRY] = pick_entry
+        return DecodeBatch(staged, params, max(positions), pick_entry)
 
-    def widened(self, columns: int) -> torch.Tensor:
-        """The staged block cut or padded to `columns` columns, on the host (a graph capture's input)."""
+    def widened(self, columns: int, pick_entry: int) -> torch.Tensor:
+        """The staged block cut or padded to `columns` columns and writing pick entry `pick_entry`,
+        on the host (a graph capture's input)."""
         block = PADDING.repeat(columns, axis=1)
         kept = min(columns, self.staged.shape[1])
         block[:, :kept] = self.staged.numpy()[:, :kept]
+        block[PICK_ENTRY] = pick_entry
         return torch.from_numpy(block)
 
     @property
@@ -81,6 +95,7 @@ class DecodeInputs:
     positions: torch.Tensor  # [columns] int64
     slots: torch.Tensor  # [columns] int64: column i writes slot i
     sampling: RowSampling  # its host-side flags describe the batch's real rows
+    pick_entries: torch.Tensor  # [columns] int64: the pick buffer's entry (the same in every column)
 
     @staticmethod
     def unpack(block: torch.Tensor, params: list[SamplingParams], samples: torch.Tensor) -> DecodeInputs:
@@ -91,10 +106,13 @@ class DecodeInputs:
         if block.is_cuda:
             from agentrl.engine.decode_unpack import unpack_block  # Triton: CUDA machines only
 
-            input_ids, positions, slots, temperatures, top_ks, top_ps = unpack_block(block, samples)
+            input_ids, positions, slots, temperatures, top_ks, top_ps, pick_entries = unpack_block(
+                block, samples
+            )
             sampling = RowSampling.of(temperatures, top_ks, top_ps, block[SAMPLING + 3], params)
-            return DecodeInputs(input_ids, positions, slots, sampling)
+            return DecodeInputs(input_ids, positions, slots, sampling, pick_entries)
         positions, sources, host_ids = block[:SAMPLING].long()
         input_ids = torch.where(sources >= 0, samples[sources.clamp(min=0)], host_ids)
         slots = torch.arange(block.shape[1], device=block.device)
-        return DecodeInputs(input_ids, positions, slots, RowSampling.from_staged(block[SAMPLING:], params))
+        sampling = RowSampling.from_staged(block[SAMPLING:PICK_ENTRY], params)
+        return DecodeInputs(input_ids, positions, slots, sampling, block[PICK_ENTRY].long())

@@ -24,7 +24,8 @@ from agentrl.engine.decode_batch import NUM_FIELDS, DecodeBatch
 ROW_STEP = 32  # past this many rows, graphs come in multiples of it
 
 DecodeStep = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
-"""(staged block [NUM_FIELDS, columns] on the device, key_length) -> (logits [columns, vocab], picked [2, columns])."""
+"""(staged block [NUM_FIELDS, columns] on the device, key_length) -> (logits [columns, vocab], picked
+[2, columns], or None where the step wrote its picks into the pick buffer)."""
 
 
 def bucket_rows(num_rows: int, max_rows: int) -> int:
@@ -51,6 +52,8 @@ class DecodeGraphs:
     step whose cost follows each row's own length), and every row bucket is captured at once.
     `carried`: a device tensor the step reads and then overwrites (the previous step's samples);
     the capture's warm-up runs put it back as they found it, so the replay reads what it should.
+    `capture_pick_entry`: the pick buffer entry (`decode_batch`) the warm-up runs write, which no
+    step in flight reads.
     """
 
     def __init__(
@@ -61,8 +64,10 @@ class DecodeGraphs:
         device: torch.device,
         length_step: int | None,
         carried: torch.Tensor,
+        capture_pick_entry: int,
     ) -> None:
         self._step = step
+        self._capture_pick_entry = capture_pick_entry  # where captures' warm-up steps write their picks
         self.max_rows = max_rows
         self.length_step = length_step
         self._carried = carried
@@ -95,7 +100,7 @@ class DecodeGraphs:
             for width in widths:
                 if (width, key_length) not in self._graphs:
                     block = self._block_of(width)
-                    block.copy_(batch.widened(width))
+                    block.copy_(batch.widened(width, self._capture_pick_entry))
                     self._graphs[(width, key_length)] = self._capture(block, key_length)
         block = self._block_of(columns)
         block.copy_(batch.staged, non_blocking=True)

@@ -14,16 +14,16 @@ import torch
 import triton
 import triton.language as tl
 
-from agentrl.engine.decode_batch import HOST_IDS, POSITIONS, SAMPLING, SOURCES
+from agentrl.engine.decode_batch import HOST_IDS, PICK_ENTRY, POSITIONS, SAMPLING, SOURCES
 
 COLUMNS = 256  # columns per program
 
 
 @triton.jit
 def _unpack(
-    block, samples, input_ids, positions, slots, temperatures, top_ks, top_ps, num_columns, field,
+    block, samples, input_ids, positions, slots, temperatures, top_ks, top_ps, pick_entries, num_columns, field,
     POSITIONS: tl.constexpr, SOURCES: tl.constexpr, HOST_IDS: tl.constexpr, SAMPLING: tl.constexpr,
-    COLUMNS: tl.constexpr,
+    PICK_ENTRY: tl.constexpr, COLUMNS: tl.constexpr,
 ):  # fmt: skip
     columns = tl.program_id(0) * COLUMNS + tl.arange(0, COLUMNS)
     mask = columns < num_columns
@@ -41,21 +41,25 @@ def _unpack(
     tl.store(top_ks + columns, top_k.to(tl.int64), mask=mask)
     top_p = tl.load(block + (SAMPLING + 2) * field + columns, mask=mask, other=0.0)
     tl.store(top_ps + columns, top_p.to(tl.float32), mask=mask)
+    pick_entry = tl.load(block + PICK_ENTRY * field + columns, mask=mask, other=0.0)
+    tl.store(pick_entries + columns, pick_entry.to(tl.int64), mask=mask)
 
 
 def unpack_block(block: torch.Tensor, samples: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """(input_ids, positions, slots, temperatures, top_ks, top_ps) [columns] of a staged `block`.
+    """(input_ids, positions, slots, temperatures, top_ks, top_ps, pick_entries) [columns] of a staged `block`.
 
     `block` [NUM_FIELDS, columns] float64 on CUDA, each field contiguous; `samples` the int64
-    sample buffer its sources index. Input ids, positions, slots (column i: slot i) and top-k
-    are int64, temperatures and top-p float32: what `DecodeInputs.unpack` gives on the host.
+    sample buffer its sources index. Input ids, positions, slots (column i: slot i), top-k and
+    pick entries are int64, temperatures and top-p float32: what `DecodeInputs.unpack` gives on
+    the host.
     """
     assert block.stride(1) == 1 and samples.is_contiguous()
     num_columns = block.shape[1]
-    longs = torch.empty((4, num_columns), dtype=torch.int64, device=block.device)
+    longs = torch.empty((5, num_columns), dtype=torch.int64, device=block.device)
     floats = torch.empty((2, num_columns), dtype=torch.float32, device=block.device)
     _unpack[(triton.cdiv(num_columns, COLUMNS),)](
-        block, samples, longs[0], longs[1], longs[2], floats[0], longs[3], floats[1], num_columns, block.stride(0),
-        POSITIONS=POSITIONS, SOURCES=SOURCES, HOST_IDS=HOST_IDS, SAMPLING=SAMPLING, COLUMNS=COLUMNS,
+        block, samples, longs[0], longs[1], longs[2], floats[0], longs[3], floats[1], longs[4], num_columns,
+        block.stride(0), POSITIONS=POSITIONS, SOURCES=SOURCES, HOST_IDS=HOST_IDS, SAMPLING=SAMPLING,
+        PICK_ENTRY=PICK_ENTRY, COLUMNS=COLUMNS,
     )  # fmt: skip
-    return longs[0], longs[1], longs[2], floats[0], longs[3], floats[1]
+    return longs[0], longs[1], longs[2], floats[0], longs[3], floats[1], longs[4]

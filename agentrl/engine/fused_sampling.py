@@ -5,8 +5,9 @@ exp(logits / temperature) first exceeds uniform * total, in vocabulary order, su
 in two levels (blocks of `BLOCK` tokens, then within the block the draw lands in). The first
 kernel reads each block once for its maximum, the sum of its weights and its argmax; the second,
 one program per row, combines the blocks into the log-normaliser, picks the block, scans that
-block alone, and writes the row's token and logprob where the engine reads them. Torch ops would
-take about twenty passes over a float32 copy of the logits.
+block alone, and writes the row's token and logprob where the engine reads them: a tensor on the
+device, or an entry of a pinned host buffer that the host reads once the step is done (a decode
+step's, `decode_batch`). Torch ops would take about twenty passes over a float32 copy of the logits.
 """
 
 from __future__ import annotations
@@ -42,10 +43,13 @@ def _block_statistics(
 
 @triton.jit
 def _pick(
-    logits, temperatures, uniforms, block_max, block_sum, block_argmax, token_ids, picked,
-    num_rows, vocab, logits_row, num_blocks, BLOCK: tl.constexpr, BLOCKS_PAD: tl.constexpr,
+    logits, temperatures, uniforms, block_max, block_sum, block_argmax, token_ids, picked, pick_entries,
+    num_rows, vocab, logits_row, num_blocks, picked_entry, picked_field,
+    BLOCK: tl.constexpr, BLOCKS_PAD: tl.constexpr, TO_ENTRY: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
+    if TO_ENTRY:  # the row's pick goes to an entry of a buffer of several
+        picked += tl.load(pick_entries + row) * picked_entry
     temperature = tl.load(temperatures + row)
     greedy = temperature == 0
     temperature = tl.where(greedy, 1.0, temperature)
@@ -73,7 +77,7 @@ def _pick(
     token_logit = tl.load(logits + row * logits_row + token).to(tl.float32) / temperature
     tl.store(token_ids + row, token)
     tl.store(picked + row, token.to(tl.float64))  # as `sampling.stack_picked` lays them out
-    tl.store(picked + num_rows + row, (token_logit - log_normalizer).to(tl.float64))
+    tl.store(picked + picked_field + row, (token_logit - log_normalizer).to(tl.float64))
 
 
 def sample_with_temperature(
@@ -81,12 +85,16 @@ def sample_with_temperature(
     temperatures: torch.Tensor,
     uniforms: torch.Tensor,
     token_ids: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    pick_buffer: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(token_ids [rows] int64, picked [2, rows] float64: token id, logprob) of `logits` [rows, vocab].
 
     `temperatures` [rows] float32, 0 for greedy rows (argmax); `uniforms` [rows] float64 in [0, 1).
     The logprob is log_softmax(logits / temperature) at the token (plain logits for greedy rows),
     computed in float32. `token_ids`: where to write the tokens (a contiguous int64 tensor), else new.
+    `pick_buffer`: (buffer [entries, 2, width >= rows] float64 in pinned host memory, entry [rows]
+    int64 on the device, the same for every row); the picks go to buffer[entry, :, :rows], and
+    None is returned in their place.
     """
     assert logits.stride(1) == 1
     temperatures, uniforms = temperatures.contiguous(), uniforms.contiguous()  # indexed by row
@@ -101,9 +109,16 @@ def sample_with_temperature(
     if token_ids is None:
         token_ids = torch.empty(num_rows, dtype=torch.int64, device=logits.device)
     assert token_ids.shape == (num_rows,) and token_ids.dtype == torch.int64 and token_ids.is_contiguous()
-    picked = torch.empty((2, num_rows), dtype=torch.float64, device=logits.device)
+    if pick_buffer is None:
+        picked = target = torch.empty((2, num_rows), dtype=torch.float64, device=logits.device)
+        entries, entry_stride = token_ids, 0  # entries unread
+    else:
+        picked, (target, entries) = None, pick_buffer
+        assert target.is_pinned() and target.is_contiguous() and target.shape[2] >= num_rows
+        entry_stride = target.stride(0)
     _pick[(num_rows,)](
-        logits, temperatures, uniforms, statistics[0], statistics[1], block_argmax, token_ids, picked,
-        num_rows, vocab, logits.stride(0), num_blocks, BLOCK=BLOCK, BLOCKS_PAD=triton.next_power_of_2(num_blocks),
+        logits, temperatures, uniforms, statistics[0], statistics[1], block_argmax, token_ids, target, entries,
+        num_rows, vocab, logits.stride(0), num_blocks, entry_stride, target.stride(-2), BLOCK=BLOCK,
+        BLOCKS_PAD=triton.next_power_of_2(num_blocks), TO_ENTRY=pick_buffer is not None,
     )  # fmt: skip
     return token_ids, picked

@@ -19,7 +19,7 @@ import torch
 from transformers import PreTrainedModel
 
 from agentrl.compiled_layers import compile_decoder_layers
-from agentrl.engine.decode_batch import SAMPLING, DecodeBatch, DecodeInputs
+from agentrl.engine.decode_batch import PICK_ENTRIES, PICK_ENTRY, SAMPLING, DecodeBatch, DecodeInputs
 from agentrl.engine.decode_graphs import DecodeGraphs
 from agentrl.engine.model_setup import attention_backends, fused_forward_unsupported, slot_shape
 from agentrl.engine.packed_prefill import PackedPrefill
@@ -73,13 +73,21 @@ class ModelRunner:
         # writes entries 0.. (by row), a prefill pass entries max_batch_size + slot.
         self.max_batch_size = max_batch_size
         self.samples = torch.zeros(2 * max_batch_size, dtype=torch.long, device=device)
+        # Where a decode step's sampler writes its picks on CUDA (`decode_batch`), and the entry the next step takes.
+        self.pick_buffer = None
+        self._next_pick_entry = 0
+        if device.type == "cuda":
+            self.pick_buffer = torch.zeros(
+                (PICK_ENTRIES, 2, max_batch_size), dtype=torch.float64, pin_memory=True
+            )
         self.decode_graphs = None
         self.prefill_graphs = None
         if cuda_graphs and device.type == "cuda":
             # The fused decode attention reads each row's own keys: its graphs need no length buckets.
             length_step = None if self.fused_decoder is not None else 256
             self.decode_graphs = DecodeGraphs(self._graph_step, max_rows=max_batch_size, device=device,
-                                              length_step=length_step, carried=self.samples)  # fmt: skip
+                                              length_step=length_step, carried=self.samples,
+                                              capture_pick_entry=PICK_ENTRIES - 1)  # fmt: skip
             if self.fused_decoder is not None:
                 self.prefill_graphs = PrefillGraphs(
                     self._fused_prefill, max_rows=max_batch_size, device=device
@@ -109,20 +117,28 @@ class ModelRunner:
     ) -> DecodeBatch:
         """A decode step's inputs for slots 0..len(positions)-1, staged as `DecodeBatch.stage` says."""
         columns = len(positions) if self.decode_graphs is None else self.decode_graphs.columns(len(positions))
-        return DecodeBatch.stage(positions, sources, host_ids, params, uniforms,
-                                 columns=columns, pin=self.device.type == "cuda")  # fmt: skip
+        pick_entry = self._next_pick_entry
+        self._next_pick_entry = (pick_entry + 1) % (PICK_ENTRIES - 1)  # the last is the graph captures'
+        return DecodeBatch.stage(positions, sources, host_ids, params, uniforms, columns=columns,
+                                 pin=self.device.type == "cuda", pick_entry=pick_entry)  # fmt: skip
 
     def decode(self, batch: DecodeBatch) -> torch.Tensor:
-        """One new token for each of the batch's rows, sampled: [2, rows] float64 (token id, logprob) on the device."""
+        """One new token for each of the batch's rows, sampled: [2, rows] float64 (token id, logprob).
+
+        On the device, or, on CUDA for rows without top-k/top-p, in the host's pick buffer, which
+        holds them once the step is done (`PendingStep.launch`).
+        """
         num_rows = batch.num_rows
         if self.decode_graphs is None:
             block = batch.staged.to(self.device, non_blocking=True)
             _, picked = self._decode_step(block, batch.params, batch.max_position + 1)
-            return picked
-        logits, picked, block = self.decode_graphs.run(batch, self.slots.capacity)
-        if batch.filters:  # the graph sampled by temperature alone: sample these rows again
-            sampling = RowSampling.from_staged(block[SAMPLING:, :num_rows], batch.params)
-            return sample_picked(logits[:num_rows], sampling, self.samples[:num_rows])
+        else:
+            logits, picked, block = self.decode_graphs.run(batch, self.slots.capacity)
+            if batch.filters:  # the graph sampled by temperature alone: sample these rows again
+                sampling = RowSampling.from_staged(block[SAMPLING:PICK_ENTRY, :num_rows], batch.params)
+                return sample_picked(logits[:num_rows], sampling, self.samples[:num_rows])
+        if picked is None:
+            return self.pick_buffer[batch.pick_entry, :, :num_rows]
         return picked[:, :num_rows]
 
     def prefill(self, rows: PrefillRows) -> torch.Tensor:
@@ -174,8 +190,9 @@ class ModelRunner:
         params: list[SamplingParams],
         key_length: int,
         temperature_only: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits [columns, vocab], picked [2, columns]) of a decode step over slots 0..columns-1.
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(logits [columns, vocab], picked [2, columns]) of a decode step over slots 0..columns-1;
+        picked is None where the sampler wrote the picks into the pick buffer's entry the block names.
 
         Reads the previous step's samples for rows that continue one, and leaves its own in their place.
         """
@@ -186,9 +203,10 @@ class ModelRunner:
         sampling = inputs.sampling
         if temperature_only:
             sampling = dataclasses.replace(sampling, all_greedy=False, max_top_k=-1, any_top_p=False)
-        return logits, sample_picked(logits, sampling, self.samples[: logits.shape[0]])
+        pick_buffer = None if self.pick_buffer is None else (self.pick_buffer, inputs.pick_entries)
+        return logits, sample_picked(logits, sampling, self.samples[: logits.shape[0]], pick_buffer)
 
-    def _graph_step(self, block: torch.Tensor, key_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _graph_step(self, block: torch.Tensor, key_length: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The body of a decode graph: its sampler is the temperature-only one, whatever the rows ask."""
         return self._decode_step(block, [], key_length, temperature_only=True)
 

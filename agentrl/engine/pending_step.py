@@ -30,15 +30,23 @@ class PendingStep:
     decode: bool  # a decode step (else a prefill pass)
 
     @staticmethod
-    def launch(requests: list[Request], picked: torch.Tensor, first_sample: int, decode: bool) -> PendingStep:
-        """Start copying `picked` ([2, rows] float64, `sampling.stack_picked`) to the host, not waited for on CUDA."""
-        if not picked.is_cuda:
+    def launch(
+        requests: list[Request], picked: torch.Tensor, first_sample: int, decode: bool, device: torch.device
+    ) -> PendingStep:
+        """Start copying `picked` ([2, rows] float64, `sampling.stack_picked`) to the host, not waited for on CUDA.
+
+        On a CUDA `device`, a `picked` already on the host is pinned memory the pass writes itself
+        (the runner's pick buffer): it is read once the pass is done.
+        """
+        if device.type != "cuda":
             return PendingStep(requests, picked, None, first_sample, decode)
-        host = torch.empty(picked.shape, dtype=picked.dtype, pin_memory=True)
-        host.copy_(picked, non_blocking=True)
+        if picked.is_cuda:
+            host = torch.empty(picked.shape, dtype=picked.dtype, pin_memory=True)
+            host.copy_(picked, non_blocking=True)
+            picked = host
         ready = torch.cuda.Event()
         ready.record()
-        return PendingStep(requests, host, ready, first_sample, decode)
+        return PendingStep(requests, picked, ready, first_sample, decode)
 
     def read(self) -> tuple[list[float], list[float]]:
         """(token ids, logprobs) of each row, once the device has produced them."""

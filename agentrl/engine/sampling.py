@@ -100,16 +100,22 @@ def sampling_rows(params: list[SamplingParams], uniforms: list[float]) -> list[l
     return [[p.temperature for p in params], [p.top_k for p in params], [p.top_p for p in params], uniforms]
 
 
-def sample_picked(logits: torch.Tensor, rows: RowSampling, token_ids: torch.Tensor) -> torch.Tensor:
+def sample_picked(
+    logits: torch.Tensor,
+    rows: RowSampling,
+    token_ids: torch.Tensor,
+    pick_buffer: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor | None:
     """Sample one token per row into `token_ids` [num_rows] int64; return their picks (`stack_picked`).
 
     On CUDA, rows without top-k or top-p take the Triton sampler (`fused_sampling`), which writes
-    both outputs itself; every other case samples with `sample_next_tokens`.
+    both outputs itself, the picks into `pick_buffer` when given (then None is returned); every
+    other case samples with `sample_next_tokens`.
     """
     if logits.is_cuda and not rows.filters:
         from agentrl.engine.fused_sampling import sample_with_temperature  # Triton: CUDA machines only
 
-        return sample_with_temperature(logits, rows.temperatures, rows.uniforms, token_ids)[1]
+        return sample_with_temperature(logits, rows.temperatures, rows.uniforms, token_ids, pick_buffer)[1]
     sampled, logprobs = sample_next_tokens(logits, rows)
     token_ids.copy_(sampled)
     return stack_picked(sampled, logprobs)

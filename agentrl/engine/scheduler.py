@@ -215,7 +215,7 @@ class Scheduler:
         for request in requests:
             request.cache_length += 1
         self._decodes_since_prefill += 1
-        return PendingStep.launch(requests, picked, first_sample=0, decode=True)
+        return PendingStep.launch(requests, picked, first_sample=0, decode=True, device=self.runner.device)
 
     def _finish(self, step: PendingStep) -> None:
         """Append a launched pass's tokens to the rows it did not find finished; retire finished rows."""
@@ -240,7 +240,7 @@ class Scheduler:
             [r.sampling for r in requests], [r.generator for r in requests], self.runner.device
         )
         picked, first_sample = self.runner.sample_prefill(logits, sampling, first_slot)
-        return PendingStep.launch(requests, picked, first_sample, decode=False)
+        return PendingStep.launch(requests, picked, first_sample, decode=False, device=self.runner.device)
 
     def _retire_rows(self) -> None:
         """Answer finished rows and drop them, with cancelled ones; the last rows fill their slots."""

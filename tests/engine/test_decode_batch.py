@@ -14,7 +14,9 @@ def test_a_staged_block_holds_each_rows_fields_and_padding_columns_decode_greedi
         SamplingParams(max_new_tokens=4, temperature=0.5),
         SamplingParams(max_new_tokens=4, temperature=0.0, top_k=3, top_p=0.9),
     ]
-    batch = DecodeBatch.stage([7, 3], [1, -1], [0, 42], params, [0.25, 0.0], columns=4, pin=False)
+    batch = DecodeBatch.stage(
+        [7, 3], [1, -1], [0, 42], params, [0.25, 0.0], columns=4, pin=False, pick_entry=3
+    )
     assert batch.staged.dtype == torch.float64
     assert batch.staged.tolist() == [
         [7, 3, 0, 0],  # positions
@@ -24,8 +26,9 @@ def test_a_staged_block_holds_each_rows_fields_and_padding_columns_decode_greedi
         [-1, 3, -1, -1],  # top-k
         [1.0, 0.9, 1.0, 1.0],  # top-p
         [0.25, 0.0, 0.0, 0.0],  # uniforms
+        [3, 3, 3, 3],  # the pick buffer's entry the step writes
     ]
-    assert (batch.num_rows, batch.max_position, batch.filters) == (2, 7, True)
+    assert (batch.num_rows, batch.max_position, batch.filters, batch.pick_entry) == (2, 7, True, 3)
 
 
 def test_unpacked_inputs_take_each_rows_token_from_its_source_row_or_from_the_host():
@@ -38,6 +41,7 @@ def test_unpacked_inputs_take_each_rows_token_from_its_source_row_or_from_the_ho
     assert inputs.input_ids.tolist() == [102, 11, 100, 0]
     assert inputs.positions.tolist() == [5, 6, 2, 0]
     assert inputs.slots.tolist() == [0, 1, 2, 3]
+    assert inputs.pick_entries.tolist() == [0, 0, 0, 0]
     assert inputs.sampling.temperatures.tolist() == [1.0, 1.0, 1.0, 0.0]
     assert (inputs.sampling.all_greedy, inputs.sampling.filters, batch.filters) == (False, False, False)
 
@@ -56,7 +60,10 @@ def test_a_block_widened_for_another_graph_keeps_its_first_rows_and_pads_the_res
     batch = DecodeBatch.stage(
         [5, 6, 2], [2, -1, 0], [0, 11, 0], params, [0.1, 0.2, 0.3], columns=4, pin=False
     )
-    assert batch.widened(2).tolist() == batch.staged[:, :2].tolist()
-    wide = batch.widened(6)
-    assert wide.tolist() == [row + [row[3]] * 2 for row in batch.staged.tolist()]  # column 3 is padding
-    assert wide[:, 3].tolist() == [0, -1, 0, 0, -1, 1, 0]
+    assert batch.widened(2, 0).tolist() == batch.staged[:, :2].tolist()
+    wide = batch.widened(6, 4)  # a capture's block writes the capture's entry
+    assert wide[:-1].tolist() == [
+        row + [row[3]] * 2 for row in batch.staged[:-1].tolist()
+    ]  # column 3 is padding
+    assert wide[:, 3].tolist() == [0, -1, 0, 0, -1, 1, 0, 4]
+    assert wide[-1].tolist() == [4] * 6

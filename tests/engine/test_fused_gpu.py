@@ -71,6 +71,13 @@ def test_the_triton_sampler_draws_the_torch_samplers_tokens(dtype):
     expected_logprobs = (scaled.gather(-1, expected[:, None]) - log_normalizers).squeeze(-1)
     assert picked.dtype == torch.float64
     torch.testing.assert_close(picked[1], expected_logprobs.double(), atol=1e-5, rtol=0)
+    # Into entry 2 of a pinned host buffer instead: the same picks, nothing else written.
+    host = torch.full((4, 2, num_rows + 8), -1.0, dtype=torch.float64, pin_memory=True)
+    entries = torch.full((num_rows,), 2, dtype=torch.int64, device="cuda")
+    _, none = sample_with_temperature(logits, temperatures, uniforms, pick_buffer=(host, entries))
+    torch.cuda.synchronize()
+    assert none is None and torch.equal(host[2, :, :num_rows], picked.cpu())
+    assert (host[2, :, num_rows:] == -1).all() and (host[[0, 1, 3]] == -1).all()
 
 
 def test_a_staged_block_unpacks_on_cuda_as_on_the_host():
@@ -83,11 +90,13 @@ def test_a_staged_block_unpacks_on_cuda_as_on_the_host():
     sources = [i % 11 - 1 for i in range(rows)]  # -1: the host's id
     host_ids = [1000 + i for i in range(rows)]
     uniforms = [i / rows for i in range(rows)]
-    batch = DecodeBatch.stage(positions, sources, host_ids, params, uniforms, columns=320, pin=True)
+    batch = DecodeBatch.stage(
+        positions, sources, host_ids, params, uniforms, columns=320, pin=True, pick_entry=3
+    )
     samples = torch.arange(500, 520)
     on_host = DecodeInputs.unpack(batch.staged, params, samples)
     on_cuda = DecodeInputs.unpack(batch.staged.cuda(), params, samples.cuda())
-    for field in ("input_ids", "positions", "slots"):
+    for field in ("input_ids", "positions", "slots", "pick_entries"):
         got, expected = getattr(on_cuda, field), getattr(on_host, field)
         assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected), field
     for field in ("temperatures", "top_ks", "top_ps", "uniforms"):

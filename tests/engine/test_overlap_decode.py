@@ -19,6 +19,8 @@ from tests.engine.conftest import tiny_qwen2
 from tests.engine.test_engine_lifecycle import StepGate
 from tests.engine.test_transformers_engine import MIXED, PROMPTS, assert_same_generations
 
+CPU = torch.device("cpu")
+
 STOPPING = [
     SamplingParams(max_new_tokens=30, temperature=1.0, seed=i, stop_token_ids=[3, 17, 40]) for i in range(4)
 ]
@@ -64,9 +66,11 @@ def test_a_row_feeds_on_the_sample_of_the_last_pending_pass_that_computed_it():
     first, second, third, fourth = (Request.__new__(Request) for _ in range(4))  # identity is all that counts
     picked = torch.zeros((2, 2), dtype=torch.float64)
     pending = [
-        PendingStep.launch([first, second], picked, first_sample=0, decode=True),
-        PendingStep.launch([third], picked[:, :1], first_sample=8 + 3, decode=False),  # a prefill into slot 3
-        PendingStep.launch([second, first], picked, first_sample=0, decode=True),
+        PendingStep.launch([first, second], picked, first_sample=0, decode=True, device=CPU),
+        PendingStep.launch(
+            [third], picked[:, :1], first_sample=8 + 3, decode=False, device=CPU
+        ),  # a prefill into slot 3
+        PendingStep.launch([second, first], picked, first_sample=0, decode=True, device=CPU),
     ]
     assert sample_sources([first, second, third, fourth], pending) == [1, 0, 11, -1]
 
