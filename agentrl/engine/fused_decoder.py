@@ -7,7 +7,8 @@ one packed q/k/v projection, rotary embedding with the key/value store, attentio
 projection, RMSNorm with the residual add, one packed gate/up projection, SiLU-and-multiply, and
 the down projection (the first layer's RMSNorm comes with the embedding lookup,
 `embed_rms_norm`); in a long prefill pass the gate/up projection stores only SiLU(gate) * up
-(`prefill_gate_up`), eight kernels. In a decode step rotary, the store and attention are one kernel
+(`prefill_gate_up`), eight kernels. A prefill pass's output and down projections add the
+residual in their own epilogue (`added_product`), so the RMSNorm after each reads the sum alone. In a decode step rotary, the store and attention are one kernel
 (`decode_attention.rotate_store_and_attend`): eight a layer, and seven where a step of up to
 `decode_linear.MAX_GATE_UP_ROWS` rows runs its gate/up projection with the activation in one
 kernel. A decode step of a small model runs its q/k/v and output projections as the engine's own
@@ -56,6 +57,19 @@ and attention; in a prefill pass's last layer, attention of each row's last toke
 
 DOWN_SPLITS = 4  # partial products of a decode step's down projection
 MAX_SPLIT_ROWS = 256  # decode steps of up to this many rows split it (measured faster at 16-256 rows)
+
+
+def added_product(x: Tensor, linear: torch.nn.Linear, residual: Tensor) -> Tensor:
+    """`residual + linear(x)` for `x` [tokens, in_features], the residual added by the product itself.
+
+    cuBLAS adds it in its epilogue and rounds the sum once, where the product would have been
+    written out and read back by the next RMSNorm (in a prefill pass, a quarter of that kernel's
+    traffic). A bias, where the model has one, is added after.
+    """
+    summed = torch.addmm(residual, x, linear.weight.t())
+    if linear.bias is not None:
+        summed += linear.bias
+    return summed
 
 
 def split_k_linear(x: torch.Tensor, weight: torch.Tensor, splits: int) -> torch.Tensor:
@@ -183,7 +197,8 @@ class FusedDecoder:
         keep: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """(hidden, residual) after every decoder layer; hidden [tokens, hidden], or the last down
-        projection's float32 partials [down_splits, tokens, hidden] when `down_splits` > 1.
+        projection's float32 partials [down_splits, tokens, hidden] when `down_splits` > 1, or None
+        in a prefill pass, whose products add the residual themselves (`added_product`).
         `keep`: the tokens the last layer computes past its key/value store (their rows alone are returned).
 
         A decode step runs its projections but the down projection through `decode_linear`, and
@@ -194,26 +209,37 @@ class FusedDecoder:
         project = functools.partial(decode_linear, dependent=True) if decode else F.linear
         gate_up = functools.partial(decode_gate_up_silu, dependent=True) if decode else gate_up_silu
         output_in_triton = decode and runs_in_triton(num_tokens, self.layers[0].output_projection.weight)
-        hidden = None
+        hidden = None  # the last product, unless it was added to the residual as it was computed
         for index, layer in enumerate(self.layers):
-            if hidden is not None:  # the first layer's input norm came with the embedding
-                normed, residual = add_rms_norm(hidden, residual, layer.input_norm, self.eps)
+            if index:  # the first layer's input norm came with the embedding
+                normed, residual = self._add_norm(hidden, residual, layer.input_norm)
             qkv = project(normed, layer.qkv_weight, layer.qkv_bias)
             last = keep is not None and index == len(self.layers) - 1
             attended = attend(qkv, cos, sin, storage.keys[index], storage.values[index], last)
             if last:
                 attended, residual = attended[keep], residual[keep]
             output = layer.output_projection
-            hidden = project(attended.flatten(1), output.weight, output.bias)
-            normed, residual = add_rms_norm(
-                hidden, residual, layer.post_norm, self.eps, dependent=output_in_triton
-            )
+            if decode:
+                hidden = project(attended.flatten(1), output.weight, output.bias)
+            else:
+                hidden, residual = None, added_product(attended.flatten(1), output, residual)
+            normed, residual = self._add_norm(hidden, residual, layer.post_norm, dependent=output_in_triton)
             activated = gate_up(normed, layer.gate_up_weight, layer.gate_up_bias)
             if down_splits > 1:  # summed by the next add_rms_norm
                 hidden = split_k_linear(activated, layer.down_projection.weight, down_splits)
-            else:
+            elif decode:
                 hidden = layer.down_projection(activated)
+            else:
+                hidden, residual = None, added_product(activated, layer.down_projection, residual)
         return hidden, residual
+
+    def _add_norm(
+        self, hidden: Tensor | None, residual: Tensor, weight: Tensor, dependent: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        """`add_rms_norm` of `hidden` + `residual`; `hidden` None: the residual already holds the sum."""
+        if hidden is None:
+            return add_rms_norm(residual, None, weight, self.eps, dependent)
+        return add_rms_norm(hidden, residual, weight, self.eps, dependent)
 
     def embed(
         self, token_ids: Tensor, positions: Tensor, capacity: int
@@ -244,6 +270,6 @@ class FusedDecoder:
             self._rotary_table = torch.stack([cos[0], sin[0]], dim=1)
         return self._rotary_table
 
-    def _logits(self, hidden: Tensor, residual: Tensor) -> Tensor:
-        normed, _ = add_rms_norm(hidden, residual, self.final_norm.weight, self.eps)
+    def _logits(self, hidden: Tensor | None, residual: Tensor) -> Tensor:
+        normed, _ = self._add_norm(hidden, residual, self.final_norm.weight)
         return self.model.lm_head(normed)
