@@ -46,13 +46,13 @@ def _split_attention(
     q_row, q_head, k_row, k_head, k_pos, v_row, v_head, v_pos, o_row, o_head, o_split, l_row, l_head, cos_row,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HALF_PAD: tl.constexpr,
     HEAD_PAD: tl.constexpr, BLOCK: tl.constexpr, STORE_LSE: tl.constexpr, ROTARY: tl.constexpr,
-    PRECISION: tl.constexpr, DEPENDENT: tl.constexpr,
+    LENGTH_OFFSET: tl.constexpr, PRECISION: tl.constexpr, DEPENDENT: tl.constexpr,
 ):  # fmt: skip
     row, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     wait_for_previous(DEPENDENT)
     num_kv_heads = tl.num_programs(1)
     half: tl.constexpr = HEAD_DIM // 2
-    length = tl.load(lengths + row)
+    length = tl.load(lengths + row) + LENGTH_OFFSET
     split_keys = tl.cdiv(tl.cdiv(length, tl.num_programs(2)), BLOCK) * BLOCK  # this row's keys, evenly
     start = split * split_keys
     if ROTARY:  # the newest key is still in the packed projection: stored and folded in below
@@ -139,13 +139,13 @@ def _split_attention(
 def _merge_splits(
     partial_out, partial_lse, out, lengths, num_splits, o_row, o_head, o_split, l_row, l_head,
     HEAD_DIM: tl.constexpr, HEAD_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr, BLOCK: tl.constexpr,
-    DEPENDENT: tl.constexpr,
+    LENGTH_OFFSET: tl.constexpr, DEPENDENT: tl.constexpr,
 ):  # fmt: skip
     row, head = tl.program_id(0).to(tl.int64), tl.program_id(1)
     wait_for_previous(DEPENDENT)
     splits = tl.arange(0, SPLITS_PAD)
     dims = tl.arange(0, HEAD_PAD)
-    length = tl.load(lengths + row)
+    length = tl.load(lengths + row) + LENGTH_OFFSET
     split_keys = tl.cdiv(tl.cdiv(length, num_splits), BLOCK) * BLOCK  # as `_split_attention` divides the row
     held = (splits < num_splits) & (splits * split_keys < length)  # the splits that stored a result
     lse = tl.load(partial_lse + row * l_row + head * l_head + splits, mask=held, other=float("-inf"))
@@ -191,23 +191,24 @@ def rotate_store_and_attend(
     sin: torch.Tensor,
     keys: torch.Tensor,
     values: torch.Tensor,
-    lengths: torch.Tensor,
+    positions: torch.Tensor,
     scale: float,
     num_heads: int,
     dependent: bool = False,
 ) -> torch.Tensor:
     """`decode_attention` straight from the packed q/k/v projection of each row's new token.
 
-    `qkv` [rows, (heads + 2 * kv_heads) * dim]; `cos`/`sin` [rows, dim] the rotary embedding at
-    each row's new position, `lengths[row] - 1`. Rotates the queries and the new key, stores the
-    new key and value at that position of the row's `keys`/`values`, and attends over positions
-    0..lengths[row]-1: one kernel where rotary-and-store and attention took two. `dependent`:
-    `qkv` comes from the engine Triton kernel just before (`dependent_launch`).
+    `qkv` [rows, (heads + 2 * kv_heads) * dim]; `positions` [rows] each row's new position and
+    `cos`/`sin` [rows, dim] the rotary embedding there. Rotates the queries and the new key,
+    stores the new key and value at that position of the row's `keys`/`values`, and attends over
+    positions 0..positions[row]: one kernel where rotary-and-store and attention took two (and
+    the lengths no kernel of their own). `dependent`: `qkv` comes from the engine Triton kernel
+    just before (`dependent_launch`).
     """
     head_dim = keys.shape[3]
     assert qkv.stride(1) == 1 and qkv.shape[1] == (num_heads + 2 * keys.shape[1]) * head_dim
     rotary = (cos, sin)
-    return _attend(qkv, qkv.stride(0), head_dim, num_heads, keys, values, lengths, scale, rotary, dependent)
+    return _attend(qkv, qkv.stride(0), head_dim, num_heads, keys, values, positions, scale, rotary, dependent)
 
 
 def _attend(
@@ -222,7 +223,9 @@ def _attend(
     rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
     dependent: bool = False,
 ) -> torch.Tensor:
+    """With `rotary`, `lengths` holds each row's new position, one less than its length."""
     num_rows = query.shape[0]
+    length_offset = 1 if rotary is not None else 0
     num_kv_heads, capacity, head_dim = keys.shape[1], keys.shape[2], keys.shape[3]
     cos, sin = rotary if rotary is not None else (query, query)  # unread without rotary
     num_splits = num_splits_for(num_rows, num_kv_heads, capacity)
@@ -244,7 +247,7 @@ def _attend(
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         HALF_PAD=max(16, triton.next_power_of_2(head_dim // 2)),
         HEAD_PAD=max(16, triton.next_power_of_2(head_dim)), BLOCK=BLOCK_KEYS,
-        STORE_LSE=num_splits > 1, ROTARY=rotary is not None, num_stages=NUM_STAGES,
+        STORE_LSE=num_splits > 1, ROTARY=rotary is not None, LENGTH_OFFSET=length_offset, num_stages=NUM_STAGES,
         num_warps=num_warps_for(head_dim),
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",  # float32 stays exact; bf16 ignores it
         **launch_options(query.device, dependent),
@@ -254,7 +257,7 @@ def _attend(
             partial_out, partial_lse, out, lengths, num_splits, partial_out.stride(0), partial_out.stride(1),
             partial_out.stride(2), partial_lse.stride(0), partial_lse.stride(1),
             HEAD_DIM=head_dim, HEAD_PAD=triton.next_power_of_2(head_dim),
-            SPLITS_PAD=triton.next_power_of_2(num_splits), BLOCK=BLOCK_KEYS,
+            SPLITS_PAD=triton.next_power_of_2(num_splits), BLOCK=BLOCK_KEYS, LENGTH_OFFSET=length_offset,
             **launch_options(query.device, dependent=True),  # right after the split kernel
         )  # fmt: skip
     return out

@@ -99,17 +99,18 @@ class DecodeInputs:
 
     @staticmethod
     def unpack(block: torch.Tensor, params: list[SamplingParams], samples: torch.Tensor) -> DecodeInputs:
-        """`samples`: the sample buffer on the block's device, which the block's sources index.
+        """`samples`: the sample buffer, which the block's sources index; the inputs land on its device.
 
-        On CUDA one kernel does it (`decode_unpack`); elsewhere torch operations.
+        On CUDA one kernel does it (`decode_unpack`, reading a block on the device or in pinned host
+        memory); elsewhere torch operations on a block on the sample buffer's device.
         """
-        if block.is_cuda:
+        if samples.is_cuda:
             from agentrl.engine.decode_unpack import unpack_block  # Triton: CUDA machines only
 
-            input_ids, positions, slots, temperatures, top_ks, top_ps, pick_entries = unpack_block(
+            input_ids, positions, slots, temperatures, top_ks, top_ps, uniforms, pick_entries = unpack_block(
                 block, samples
             )
-            sampling = RowSampling.of(temperatures, top_ks, top_ps, block[SAMPLING + 3], params)
+            sampling = RowSampling.of(temperatures, top_ks, top_ps, uniforms, params)
             return DecodeInputs(input_ids, positions, slots, sampling, pick_entries)
         positions, sources, host_ids = block[:SAMPLING].long()
         input_ids = torch.where(sources >= 0, samples[sources.clamp(min=0)], host_ids)

@@ -11,10 +11,16 @@ and the first step at a storage size captures every row bucket at once, so a run
 capture in the middle. Captures run on the step's real inputs, cut or padded to the bucket's
 width: their warm-up runs write each real row's key/value where the step itself will write it
 (the step then runs and writes it again) and padding columns only into free slots.
+
+A graph reads its staged block where the host writes it, in pinned host memory, so that no copy
+sits between two steps. Steps alternate between two blocks, each with its own graphs: the host
+writes step N+2's block only after it has read step N's tokens (`pending_step`), so after step N
+has run, and a step in flight never has its block rewritten.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import torch
@@ -22,9 +28,10 @@ import torch
 from agentrl.engine.decode_batch import NUM_FIELDS, DecodeBatch
 
 ROW_STEP = 32  # past this many rows, graphs come in multiples of it
+NUM_BLOCKS = 2  # staged blocks the steps alternate between
 
 DecodeStep = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
-"""(staged block [NUM_FIELDS, columns] on the device, key_length) -> (logits [columns, vocab], picked
+"""(staged block [NUM_FIELDS, columns] in pinned host memory, key_length) -> (logits [columns, vocab], picked
 [2, columns], or None where the step wrote its picks into the pick buffer)."""
 
 
@@ -45,7 +52,7 @@ def row_buckets(max_rows: int) -> list[int]:
 
 
 class DecodeGraphs:
-    """Captured decode steps over one static input block, keyed by (rows, key length).
+    """Captured decode steps over two static input blocks in pinned host memory, keyed by (block, rows, key length).
 
     `length_step`: key lengths are rounded up to a multiple of it, and each (rows, key length)
     is captured when first needed; None: every step reads the storage's whole capacity (for a
@@ -71,8 +78,13 @@ class DecodeGraphs:
         self.max_rows = max_rows
         self.length_step = length_step
         self._carried = carried
-        self._block = torch.zeros(NUM_FIELDS * max_rows, dtype=torch.float64, device=device)
-        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+        self.device = device
+        self._blocks = torch.zeros((NUM_BLOCKS, NUM_FIELDS * max_rows), dtype=torch.float64, pin_memory=True)
+        self._next_block = 0
+        # By (block, columns, key length).
+        self._graphs: dict[
+            tuple[int, int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor | None]
+        ] = {}
         self._pool = None
 
     @property
@@ -88,33 +100,37 @@ class DecodeGraphs:
         """Columns of the staged block for `num_rows` rows: the graph bucket's."""
         return bucket_rows(num_rows, self.max_rows)
 
-    def run(self, batch: DecodeBatch, capacity: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(logits, picked, block on the device) of one decode step, every column; keys up to the longest row are read."""
+    def run(self, batch: DecodeBatch, capacity: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(logits, picked) of one decode step, every column; keys up to the longest row are read."""
         columns = batch.staged.shape[1]
         key_length = capacity
         if self.length_step is not None:
             needed = batch.max_position + 1
             key_length = min(capacity, -(-needed // self.length_step) * self.length_step)
-        if (columns, key_length) not in self._graphs:
+        index = self._next_block
+        self._next_block = (index + 1) % NUM_BLOCKS
+        if (index, columns, key_length) not in self._graphs:
+            # Captures rewrite both blocks: let the steps in flight read theirs first.
+            torch.cuda.synchronize(self.device)
             widths = [columns] if self.length_step is not None else row_buckets(self.max_rows)
-            for width in widths:
-                if (width, key_length) not in self._graphs:
-                    block = self._block_of(width)
+            for block_index, width in itertools.product(range(NUM_BLOCKS), widths):
+                if (block_index, width, key_length) not in self._graphs:
+                    torch.cuda.synchronize(self.device)  # the last capture's warm-up runs read the block
+                    block = self._block_of(block_index, width)
                     block.copy_(batch.widened(width, self._capture_pick_entry))
-                    self._graphs[(width, key_length)] = self._capture(block, key_length)
-        block = self._block_of(columns)
-        block.copy_(batch.staged, non_blocking=True)
-        graph, logits, picked = self._graphs[(columns, key_length)]
+                    self._graphs[(block_index, width, key_length)] = self._capture(block, key_length)
+        self._block_of(index, columns).copy_(batch.staged)
+        graph, logits, picked = self._graphs[(index, columns, key_length)]
         graph.replay()
-        return logits, picked, block
+        return logits, picked
 
-    def _block_of(self, columns: int) -> torch.Tensor:
-        """The static input block as the graph of `columns` columns reads it."""
-        return self._block[: NUM_FIELDS * columns].view(NUM_FIELDS, columns)
+    def _block_of(self, index: int, columns: int) -> torch.Tensor:
+        """Static input block `index` as the graphs of `columns` columns read it."""
+        return self._blocks[index, : NUM_FIELDS * columns].view(NUM_FIELDS, columns)
 
     def _capture(
         self, block: torch.Tensor, key_length: int
-    ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor | None]:
         carried = self._carried.clone()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

@@ -3,7 +3,8 @@
 Taken apart with torch operations, the block (`decode_batch`) costs a cast per field and a
 compare, a clamp, a gather and a select for the input ids: about ten kernels of a microsecond or
 two, in every decode step, before the first layer starts. This kernel reads each column once and
-writes every field the step reads.
+writes every field the step reads. It reads the block where it is: a captured step's block stays
+in pinned host memory, so no copy to the device sits between two steps.
 
 Triton is imported only by the engine's CUDA kernel modules, and those only on CUDA.
 """
@@ -21,7 +22,8 @@ COLUMNS = 256  # columns per program
 
 @triton.jit
 def _unpack(
-    block, samples, input_ids, positions, slots, temperatures, top_ks, top_ps, pick_entries, num_columns, field,
+    block, samples, input_ids, positions, slots, temperatures, top_ks, top_ps, uniforms, pick_entries,
+    num_columns, field,
     POSITIONS: tl.constexpr, SOURCES: tl.constexpr, HOST_IDS: tl.constexpr, SAMPLING: tl.constexpr,
     PICK_ENTRY: tl.constexpr, COLUMNS: tl.constexpr,
 ):  # fmt: skip
@@ -41,25 +43,29 @@ def _unpack(
     tl.store(top_ks + columns, top_k.to(tl.int64), mask=mask)
     top_p = tl.load(block + (SAMPLING + 2) * field + columns, mask=mask, other=0.0)
     tl.store(top_ps + columns, top_p.to(tl.float32), mask=mask)
+    uniform = tl.load(block + (SAMPLING + 3) * field + columns, mask=mask, other=0.0)
+    tl.store(uniforms + columns, uniform, mask=mask)
     pick_entry = tl.load(block + PICK_ENTRY * field + columns, mask=mask, other=0.0)
     tl.store(pick_entries + columns, pick_entry.to(tl.int64), mask=mask)
 
 
 def unpack_block(block: torch.Tensor, samples: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """(input_ids, positions, slots, temperatures, top_ks, top_ps, pick_entries) [columns] of a staged `block`.
+    """(input_ids, positions, slots, temperatures, top_ks, top_ps, uniforms, pick_entries) [columns]
+    of a staged `block`, on the device of `samples`.
 
-    `block` [NUM_FIELDS, columns] float64 on CUDA, each field contiguous; `samples` the int64
-    sample buffer its sources index. Input ids, positions, slots (column i: slot i), top-k and
-    pick entries are int64, temperatures and top-p float32: what `DecodeInputs.unpack` gives on
-    the host.
+    `block` [NUM_FIELDS, columns] float64, each field contiguous, on CUDA or in pinned host memory
+    (read in place); `samples` the int64 sample buffer its sources index. Input ids, positions,
+    slots (column i: slot i), top-k and pick entries are int64, temperatures and top-p float32,
+    uniforms float64: what `DecodeInputs.unpack` gives on the host.
     """
-    assert block.stride(1) == 1 and samples.is_contiguous()
+    assert block.stride(1) == 1 and samples.is_contiguous() and (block.is_cuda or block.is_pinned())
     num_columns = block.shape[1]
-    longs = torch.empty((5, num_columns), dtype=torch.int64, device=block.device)
-    floats = torch.empty((2, num_columns), dtype=torch.float32, device=block.device)
+    longs = torch.empty((5, num_columns), dtype=torch.int64, device=samples.device)
+    floats = torch.empty((2, num_columns), dtype=torch.float32, device=samples.device)
+    uniforms = torch.empty(num_columns, dtype=torch.float64, device=samples.device)
     _unpack[(triton.cdiv(num_columns, COLUMNS),)](
-        block, samples, longs[0], longs[1], longs[2], floats[0], longs[3], floats[1], longs[4], num_columns,
-        block.stride(0), POSITIONS=POSITIONS, SOURCES=SOURCES, HOST_IDS=HOST_IDS, SAMPLING=SAMPLING,
-        PICK_ENTRY=PICK_ENTRY, COLUMNS=COLUMNS,
+        block, samples, longs[0], longs[1], longs[2], floats[0], longs[3], floats[1], uniforms, longs[4],
+        num_columns, block.stride(0), POSITIONS=POSITIONS, SOURCES=SOURCES, HOST_IDS=HOST_IDS,
+        SAMPLING=SAMPLING, PICK_ENTRY=PICK_ENTRY, COLUMNS=COLUMNS,
     )  # fmt: skip
-    return longs[0], longs[1], longs[2], floats[0], longs[3], floats[1], longs[4]
+    return longs[0], longs[1], longs[2], floats[0], longs[3], floats[1], uniforms, longs[4]

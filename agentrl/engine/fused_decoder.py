@@ -145,14 +145,14 @@ class FusedDecoder:
     def decode(self, inputs: StepInputs, storage: SlotKVCache) -> torch.Tensor:
         """Logits [rows, vocab] of a decode step over slots 0..rows-1 (`step_inputs.decode_inputs`)."""
         assert inputs.write_index is None, "a decode step: one new token per row"
-        rows, lengths = slice(0, inputs.input_ids.shape[0]), inputs.write_positions + 1
+        rows, positions = slice(0, inputs.input_ids.shape[0]), inputs.write_positions
         columns = slice(0, inputs.key_length)  # a graph's: all of the storage (rows read their own keys)
         qkv_in_triton = runs_in_triton(rows.stop, self.layers[0].qkv_weight)  # else cuBLAS ran it
 
         def attend(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor, last: bool) -> Tensor:
             keys, values = keys[rows, :, columns], values[rows, :, columns]
             return rotate_store_and_attend(
-                qkv, cos, sin, keys, values, lengths, self.scale, self.num_heads, dependent=qkv_in_triton
+                qkv, cos, sin, keys, values, positions, self.scale, self.num_heads, dependent=qkv_in_triton
             )
 
         down_splits = DOWN_SPLITS if self.split_down and rows.stop <= MAX_SPLIT_ROWS else 1

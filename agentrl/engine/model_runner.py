@@ -133,9 +133,10 @@ class ModelRunner:
             block = batch.staged.to(self.device, non_blocking=True)
             _, picked = self._decode_step(block, batch.params, batch.max_position + 1)
         else:
-            logits, picked, block = self.decode_graphs.run(batch, self.slots.capacity)
+            logits, picked = self.decode_graphs.run(batch, self.slots.capacity)
             if batch.filters:  # the graph sampled by temperature alone: sample these rows again
-                sampling = RowSampling.from_staged(block[SAMPLING:PICK_ENTRY, :num_rows], batch.params)
+                staged = batch.staged[SAMPLING:PICK_ENTRY, :num_rows].to(self.device, non_blocking=True)
+                sampling = RowSampling.from_staged(staged, batch.params)
                 return sample_picked(logits[:num_rows], sampling, self.samples[:num_rows])
         if picked is None:
             return self.pick_buffer[batch.pick_entry, :, :num_rows]

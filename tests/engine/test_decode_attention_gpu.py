@@ -101,7 +101,7 @@ def test_rotating_storing_and_attending_in_one_kernel_equals_rotary_store_then_a
         qkv, cos, sin, expected_keys, expected_values, torch.arange(rows, device="cuda"), positions, heads
     )
     expected = decode_attention(queries, expected_keys, expected_values, positions + 1, head_dim**-0.5)
-    got = rotate_store_and_attend(qkv, cos, sin, keys, values, positions + 1, head_dim**-0.5, heads)
+    got = rotate_store_and_attend(qkv, cos, sin, keys, values, positions, head_dim**-0.5, heads)
     assert torch.equal(keys, expected_keys) and torch.equal(values, expected_values)
     tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.float(), expected.float(), atol=tolerance, rtol=0)

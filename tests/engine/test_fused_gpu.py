@@ -95,14 +95,16 @@ def test_a_staged_block_unpacks_on_cuda_as_on_the_host():
     )
     samples = torch.arange(500, 520)
     on_host = DecodeInputs.unpack(batch.staged, params, samples)
-    on_cuda = DecodeInputs.unpack(batch.staged.cuda(), params, samples.cuda())
-    for field in ("input_ids", "positions", "slots", "pick_entries"):
-        got, expected = getattr(on_cuda, field), getattr(on_host, field)
-        assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected), field
-    for field in ("temperatures", "top_ks", "top_ps", "uniforms"):
-        got, expected = getattr(on_cuda.sampling, field), getattr(on_host.sampling, field)
-        assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected), field
-    assert on_cuda.sampling.filters and not on_cuda.sampling.all_greedy
+    # The kernel reads a block on the device, or in place in pinned host memory (a captured step's).
+    for block in (batch.staged.cuda(), batch.staged):
+        on_cuda = DecodeInputs.unpack(block, params, samples.cuda())
+        for field in ("input_ids", "positions", "slots", "pick_entries"):
+            got, expected = getattr(on_cuda, field), getattr(on_host, field)
+            assert got.is_cuda and got.dtype == expected.dtype and torch.equal(got.cpu(), expected), field
+        for field in ("temperatures", "top_ks", "top_ps", "uniforms"):
+            got, expected = getattr(on_cuda.sampling, field), getattr(on_host.sampling, field)
+            assert got.is_cuda and got.dtype == expected.dtype and torch.equal(got.cpu(), expected), field
+        assert on_cuda.sampling.filters and not on_cuda.sampling.all_greedy
 
 
 @pytest.mark.parametrize("make_model", [tiny_qwen2, tiny_llama])
