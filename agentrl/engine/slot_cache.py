@@ -1,7 +1,7 @@
 """Inference stage, KV storage: one preallocated key/value slot per batch row.
 
 Every layer's keys and values live in two tensors `[num_layers, num_slots, num_kv_heads,
-capacity, head_dim]`. Row i of the running batch owns slot i, so a decode step reads the
+capacity, head_dim]`, the two halves of one allocation. Row i of the running batch owns slot i, so a decode step reads the
 prefix `[:num_rows, :, :, :key_length]` of that storage in place: nothing is concatenated per
 step and nothing is rebuilt when rows join or leave. A row that leaves is replaced by the last
 row (one slot copy), which keeps the live rows a prefix of the slots. The capacity grows
@@ -40,6 +40,7 @@ class SlotKVCache:
         self.max_capacity = max_capacity
         self.dtype, self.device = dtype, device
         self.capacity = 0
+        self._both = torch.empty(0)  # [2, *shape, capacity, head_dim]: keys, then values
         self.keys = self.values = torch.empty(0)
         self.ensure_capacity(min(initial_capacity, max_capacity))
 
@@ -54,23 +55,21 @@ class SlotKVCache:
             return False
         assert num_positions <= self.max_capacity, (num_positions, self.max_capacity)
         capacity = min(self.max_capacity, max(num_positions, 2 * self.capacity))
-        keys = torch.zeros((*self.shape, capacity, self.head_dim), dtype=self.dtype, device=self.device)
-        values = torch.zeros_like(keys)
+        both = torch.zeros((2, *self.shape, capacity, self.head_dim), dtype=self.dtype, device=self.device)
         if self.capacity:
-            keys[..., : self.capacity, :] = self.keys
-            values[..., : self.capacity, :] = self.values
-        self.keys, self.values, self.capacity = keys, values, capacity
+            both[..., : self.capacity, :] = self._both
+        self._both, self.capacity = both, capacity
+        self.keys, self.values = both
         return True
 
     def move_slots(self, sources: list[int], destinations: list[int], lengths: list[int]) -> None:
         """Copy the first `lengths[i]` positions of slot `sources[i]` into slot `destinations[i]`.
 
-        The two slot lists are disjoint. Only the positions a row has written are copied, with
-        plain strided copies: an indexed copy of whole slots moved several times the bytes, slowly.
+        The two slot lists are disjoint. Only the positions a row has written are copied, keys and
+        values in one strided copy: an indexed copy of whole slots moved several times the bytes, slowly.
         """
         for source, destination, length in zip(sources, destinations, lengths, strict=True):
-            self.keys[:, destination, :, :length] = self.keys[:, source, :, :length]
-            self.values[:, destination, :, :length] = self.values[:, source, :, :length]
+            self._both[:, :, destination, :, :length] = self._both[:, :, source, :, :length]
 
 
 @dataclass
