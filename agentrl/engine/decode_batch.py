@@ -1,11 +1,12 @@
-"""Inference stage, one decode step's per-row inputs, staged on the host for a single copy to the device.
+"""Inference stage, one decode step's per-row inputs, staged on the host in one block the device reads once.
 
 Per row, a decode step needs the position it writes, where its input token comes from (the
 sample of the pass that computed it, still on the device, or a token the host already read), and
 its sampling parameters with this step's uniform draw. Sent field by field, that is several
 small host-to-device copies, and each costs host time that a decode step of a small model cannot
 hide. Here every field is one row of a float64 block (each value is a float, or an integer far
-below 2**53), written on the host and copied once; the device unpacks it with a few casts.
+below 2**53), written on the host and read once by the device, which unpacks it with a few casts
+(a captured step reads it in place from pinned host memory, `decode_graphs`; others copy it).
 
 A block may have more columns than the step has rows (a CUDA graph bucket): padding columns
 decode greedily, from token 0 at position 0, and nobody reads what they sample.

@@ -30,7 +30,7 @@ from agentrl.engine.decode_batch import NUM_FIELDS, DecodeBatch
 ROW_STEP = 32  # past this many rows, graphs come in multiples of it
 NUM_BLOCKS = 2  # staged blocks the steps alternate between
 
-DecodeStep = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
+DecodeStep = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor | None]]
 """(staged block [NUM_FIELDS, columns] in pinned host memory, key_length) -> (logits [columns, vocab], picked
 [2, columns], or None where the step wrote its picks into the pick buffer)."""
 

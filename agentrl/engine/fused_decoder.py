@@ -8,7 +8,8 @@ projection, RMSNorm with the residual add, one packed gate/up projection, SiLU-a
 the down projection (the first layer's RMSNorm comes with the embedding lookup,
 `embed_rms_norm`); in a long prefill pass the gate/up projection stores only SiLU(gate) * up
 (`prefill_gate_up`), eight kernels. A prefill pass's output and down projections add the
-residual in their own epilogue (`added_product`), so the RMSNorm after each reads the sum alone. In a decode step rotary, the store and attention are one kernel
+residual in their own epilogue (`added_product`), so the RMSNorm after each reads the sum alone.
+In a decode step rotary, the store and attention are one kernel
 (`decode_attention.rotate_store_and_attend`): eight a layer, and seven where a step of up to
 `decode_linear.MAX_GATE_UP_ROWS` rows runs its gate/up projection with the activation in one
 kernel. A decode step of a small model runs its q/k/v and output projections as the engine's own
