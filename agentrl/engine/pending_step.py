@@ -48,10 +48,14 @@ class PendingStep:
         ready.record()
         return PendingStep(requests, picked, ready, first_sample, decode)
 
-    def read(self) -> tuple[list[float], list[float]]:
-        """(token ids, logprobs) of each row, once the device has produced them."""
+    def wait(self) -> None:
+        """Return once the device has run the pass."""
         if self.ready is not None:
             self.ready.synchronize()
+
+    def read(self) -> tuple[list[float], list[float]]:
+        """(token ids, logprobs) of each row, once the device has produced them."""
+        self.wait()
         token_ids, logprobs = self.picked.tolist()
         return token_ids, logprobs
 

@@ -263,6 +263,15 @@ class Scheduler:
             self._rows[hole] = self._rows[mover]
         del self._rows[num_kept:]
 
+    def _wait_for_pending(self) -> None:
+        """Wait for the passes launched and not read: a step still queued on the device reads its
+        staged block and writes its pick buffer entry (`decode_graphs`), which the next steps reuse."""
+        for step in self._pending:
+            try:
+                step.wait()
+            except Exception:  # noqa: BLE001 - a device that failed fails the later passes too
+                return
+
     def _record(self, kind: StepKind, requests: list[Request], num_tokens: int) -> None:
         if kind is StepKind.PREFILL:
             self.stats.num_prefill_steps += 1
@@ -289,6 +298,7 @@ class Scheduler:
             resolve_future(update.future, result=None)
 
     def _fail_rows(self, error: BaseException) -> None:
+        self._wait_for_pending()
         self._pending = []  # their unfinished rows are among self._rows
         for request in self._rows:
             resolve_future(request.future, error=error)

@@ -8,6 +8,7 @@ tests of `test_engine_lifecycle` run with and without it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 import torch
@@ -108,3 +109,47 @@ async def test_a_row_cancelled_between_prefill_passes_changes_no_other_row(overl
     expected = await group_with_a_row_cancelled_mid_iteration(cancel=False, overlap_decode=overlap_decode)
     observed = await group_with_a_row_cancelled_mid_iteration(cancel=True, overlap_decode=overlap_decode)
     assert_same_generations(observed, expected)
+
+
+class RecordedEvent:
+    """Stands in for a CUDA event: records that the host waited for it."""
+
+    def __init__(self, waited: list) -> None:
+        self.waited = waited
+
+    def synchronize(self) -> None:
+        self.waited.append(self)
+
+
+async def test_a_failure_waits_for_the_launched_steps_it_drops(monkeypatch):
+    """A step still queued on the device reads its staged block and writes its pick buffer entry,
+    which the steps after a failure reuse: the scheduler waits for every step it drops unread."""
+    launched, waited = [], []
+    launch = PendingStep.launch
+
+    def launch_with_an_event(requests, picked, first_sample, decode, device):
+        step = launch(requests, picked, first_sample, decode, device)
+        step = dataclasses.replace(step, ready=RecordedEvent(waited))
+        launched.append(step.ready)
+        return step
+
+    monkeypatch.setattr(PendingStep, "launch", staticmethod(launch_with_an_event))
+    model = tiny_qwen2()
+    # The first request decodes, overlapped, while the second one's prefill pass fails.
+    async with TransformersEngine(model, [], max_prefill_tokens=1, overlap_decode=True) as engine:
+        prefill = engine.runner.prefill
+        calls = []
+
+        def second_pass_fails(rows):
+            calls.append(rows)
+            if len(calls) == 2:
+                raise RuntimeError("prefill failed")
+            return prefill(rows)
+
+        engine.runner.prefill = second_pass_fails
+        first = asyncio.create_task(engine.generate(PROMPTS[0], MIXED[0]))
+        await asyncio.sleep(0)
+        results = await asyncio.gather(first, engine.generate(PROMPTS[1], MIXED[1]), return_exceptions=True)
+    assert [str(r) for r in results] == ["prefill failed"] * 2
+    # Every step was waited for: the ones read, and the ones the failure dropped.
+    assert len(launched) >= 2 and {id(e) for e in launched} == {id(e) for e in waited}
