@@ -153,3 +153,27 @@ async def test_a_failure_waits_for_the_launched_steps_it_drops(monkeypatch):
     assert [str(r) for r in results] == ["prefill failed"] * 2
     # Every step was waited for: the ones read, and the ones the failure dropped.
     assert len(launched) >= 2 and {id(e) for e in launched} == {id(e) for e in waited}
+
+
+async def test_when_a_decode_step_is_launched_every_decode_step_but_the_last_has_been_waited_for(monkeypatch):
+    """What lets a decode step reuse the staged block of the step two before it and the pick buffer's
+    entries in turn (`decode_graphs`, `decode_batch`): that step has run."""
+    unread, most_unread = set(), []
+    launch, wait = PendingStep.launch, PendingStep.wait
+
+    def launch_recorded(requests, picked, first_sample, decode, device):
+        step = launch(requests, picked, first_sample, decode, device)
+        if decode:
+            most_unread.append(len(unread))
+            unread.add(id(step))
+        return step
+
+    def wait_recorded(step: PendingStep) -> None:
+        unread.discard(id(step))
+        wait(step)
+
+    monkeypatch.setattr(PendingStep, "launch", staticmethod(launch_recorded))
+    monkeypatch.setattr(PendingStep, "wait", wait_recorded)
+    prompts, params = PROMPTS + PROMPTS, MIXED + STOPPING
+    await generate(tiny_qwen2(), prompts, params, max_prefill_tokens=1, overlap_decode=True)
+    assert len(most_unread) > 20 and max(most_unread) == 1
