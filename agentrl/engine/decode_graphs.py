@@ -110,12 +110,11 @@ class DecodeGraphs:
         index = self._next_block
         self._next_block = (index + 1) % NUM_BLOCKS
         if (index, columns, key_length) not in self._graphs:
-            # Captures rewrite both blocks: let the steps in flight read theirs first.
-            torch.cuda.synchronize(self.device)
             widths = [columns] if self.length_step is not None else row_buckets(self.max_rows)
             for block_index, width in itertools.product(range(NUM_BLOCKS), widths):
                 if (block_index, width, key_length) not in self._graphs:
-                    torch.cuda.synchronize(self.device)  # the last capture's warm-up runs read the block
+                    # The block is rewritten: the steps in flight and the last capture's warm-up runs read it.
+                    torch.cuda.synchronize(self.device)
                     block = self._block_of(block_index, width)
                     block.copy_(batch.widened(width, self._capture_pick_entry))
                     self._graphs[(block_index, width, key_length)] = self._capture(block, key_length)

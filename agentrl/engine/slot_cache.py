@@ -4,8 +4,9 @@ Every layer's keys and values live in two tensors `[num_layers, num_slots, num_k
 capacity, head_dim]`, the two halves of one allocation. Row i of the running batch owns slot i,
 so a decode step reads the prefix `[:num_rows, :, :, :key_length]` of that storage in place:
 nothing is concatenated per step and nothing is rebuilt when rows join or leave. A row that
-leaves is replaced by the last row (one slot copy), which keeps the live rows a prefix of the slots. The capacity grows
-geometrically, so it is reallocated a logarithmic number of times over an engine's life.
+leaves is replaced by the last row (one slot copy), which keeps the live rows a prefix of the
+slots. The capacity grows geometrically, so it is reallocated a logarithmic number of times over
+an engine's life.
 
 `SlotForward` is what a forward pass receives as its cache (`cache`; `past_key_values` before
 transformers 5.24): transformers calls its `update` once per layer with the new keys/values, and
