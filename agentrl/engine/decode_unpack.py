@@ -29,23 +29,26 @@ def _unpack(
 ):  # fmt: skip
     columns = tl.program_id(0) * COLUMNS + tl.arange(0, COLUMNS)
     mask = columns < num_columns
-    # Every value is an integer below 2**53 or a float: the casts are exact.
-    source = tl.load(block + SOURCES * field + columns, mask=mask, other=-1.0).to(tl.int64)
-    host_id = tl.load(block + HOST_IDS * field + columns, mask=mask, other=0.0).to(tl.int64)
-    sampled = tl.load(samples + tl.maximum(source, 0), mask=mask & (source >= 0), other=0)
-    tl.store(input_ids + columns, tl.where(source >= 0, sampled, host_id), mask=mask)
+    # Every field is loaded before anything is stored: a store may alias a later load, so loads
+    # after a store wait for it, and in host memory each load waited for is a round trip over the bus.
+    source = tl.load(block + SOURCES * field + columns, mask=mask, other=-1.0)
+    host_id = tl.load(block + HOST_IDS * field + columns, mask=mask, other=0.0)
     position = tl.load(block + POSITIONS * field + columns, mask=mask, other=0.0)
+    temperature = tl.load(block + SAMPLING * field + columns, mask=mask, other=0.0)
+    top_k = tl.load(block + (SAMPLING + 1) * field + columns, mask=mask, other=0.0)
+    top_p = tl.load(block + (SAMPLING + 2) * field + columns, mask=mask, other=0.0)
+    uniform = tl.load(block + (SAMPLING + 3) * field + columns, mask=mask, other=0.0)
+    pick_entry = tl.load(block + PICK_ENTRY * field + columns, mask=mask, other=0.0)
+    # Every value is an integer below 2**53 or a float: the casts are exact.
+    source = source.to(tl.int64)
+    sampled = tl.load(samples + tl.maximum(source, 0), mask=mask & (source >= 0), other=0)
+    tl.store(input_ids + columns, tl.where(source >= 0, sampled, host_id.to(tl.int64)), mask=mask)
     tl.store(positions + columns, position.to(tl.int64), mask=mask)
     tl.store(slots + columns, columns.to(tl.int64), mask=mask)
-    temperature = tl.load(block + SAMPLING * field + columns, mask=mask, other=0.0)
     tl.store(temperatures + columns, temperature.to(tl.float32), mask=mask)
-    top_k = tl.load(block + (SAMPLING + 1) * field + columns, mask=mask, other=0.0)
     tl.store(top_ks + columns, top_k.to(tl.int64), mask=mask)
-    top_p = tl.load(block + (SAMPLING + 2) * field + columns, mask=mask, other=0.0)
     tl.store(top_ps + columns, top_p.to(tl.float32), mask=mask)
-    uniform = tl.load(block + (SAMPLING + 3) * field + columns, mask=mask, other=0.0)
     tl.store(uniforms + columns, uniform, mask=mask)
-    pick_entry = tl.load(block + PICK_ENTRY * field + columns, mask=mask, other=0.0)
     tl.store(pick_entries + columns, pick_entry.to(tl.int64), mask=mask)
 
 
