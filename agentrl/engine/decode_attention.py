@@ -9,7 +9,9 @@ the queries of every head in the group at once (grouped heads are never expanded
 The engine's fused forward calls it straight on the packed q/k/v projection
 (`rotate_store_and_attend`): each program rotates its queries itself, and the program whose keys
 include the row's newest position rotates the new key, stores it and its value into the slot and
-folds it in from registers, so rotary and the store need no kernel of their own.
+folds it in from registers, so rotary and the store need no kernel of their own. Launched
+dependently after the projection, each program asks L2 for its first blocks of keys and values
+before it waits for the projection to finish: those were written by earlier steps.
 
 How many splits: enough programs to fill the GPU and no more. A large batch has a program per
 (row, key/value head) already; each walks its row's keys alone and writes the output directly.
@@ -29,7 +31,7 @@ import triton
 import triton.language as tl
 
 from agentrl.engine.attention_blocks import fold_block
-from agentrl.engine.dependent_launch import launch_options, wait_for_previous
+from agentrl.engine.dependent_launch import launch_options, prefetch, wait_for_previous
 from agentrl.engine.fused_kernels import rotate_halves
 
 BLOCK_KEYS = 64  # keys per inner iteration
@@ -38,6 +40,7 @@ BLOCK_KEYS = 64  # keys per inner iteration
 # 32-96 rows faster with half the splits of 512 programs: a merge costs more than the wider spread.
 TARGET_PROGRAMS = 256
 NUM_STAGES = 3  # loads of the next blocks in flight while one is folded
+PREFETCH_BLOCKS = 2  # blocks of keys and values a dependently launched program fetches before its wait
 
 
 @triton.jit
@@ -46,12 +49,13 @@ def _split_attention(
     q_row, q_head, k_row, k_head, k_pos, v_row, v_head, v_pos, o_row, o_head, o_split, l_row, l_head, cos_row,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HALF_PAD: tl.constexpr,
     HEAD_PAD: tl.constexpr, BLOCK: tl.constexpr, STORE_LSE: tl.constexpr, ROTARY: tl.constexpr,
-    LENGTH_OFFSET: tl.constexpr, PRECISION: tl.constexpr, DEPENDENT: tl.constexpr,
+    LENGTH_OFFSET: tl.constexpr, PRECISION: tl.constexpr, PREFETCH_KEYS: tl.constexpr, LINE: tl.constexpr,
+    LINES_PAD: tl.constexpr, DEPENDENT: tl.constexpr,
 ):  # fmt: skip
     row, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    wait_for_previous(DEPENDENT)
     num_kv_heads = tl.num_programs(1)
     half: tl.constexpr = HEAD_DIM // 2
+    # Written before the kernel before this one started (`dependent_launch`): readable before the wait.
     length = tl.load(lengths + row) + LENGTH_OFFSET
     split_keys = tl.cdiv(tl.cdiv(length, tl.num_programs(2)), BLOCK) * BLOCK  # this row's keys, evenly
     start = split * split_keys
@@ -59,6 +63,12 @@ def _split_attention(
         end = tl.minimum(start + split_keys, length - 1)
     else:
         end = tl.minimum(start + split_keys, length)
+    if DEPENDENT:  # the first blocks of keys and values, while the kernel before still runs
+        ahead = tl.minimum(start + tl.arange(0, PREFETCH_KEYS), tl.maximum(end - 1, 0))
+        line_starts = tl.arange(0, LINES_PAD) * LINE
+        prefetch(keys + row * k_row + kv_head * k_head + ahead[:, None] * k_pos + line_starts[None, :])
+        prefetch(values + row * v_row + kv_head * v_head + ahead[:, None] * v_pos + line_starts[None, :])
+    wait_for_previous(DEPENDENT)
     group = tl.arange(0, GROUP_PAD)
     halves = tl.arange(0, HALF_PAD)  # scores are two dots over the halves, which rotary mixes
     dims = tl.arange(0, HEAD_PAD)  # tl.dot needs 16 or more along each side: pad small heads
@@ -248,6 +258,8 @@ def _attend(
         HALF_PAD=max(16, triton.next_power_of_2(head_dim // 2)),
         HEAD_PAD=max(16, triton.next_power_of_2(head_dim)), BLOCK=BLOCK_KEYS,
         STORE_LSE=num_splits > 1, ROTARY=rotary is not None, LENGTH_OFFSET=length_offset, num_stages=NUM_STAGES,
+        PREFETCH_KEYS=PREFETCH_BLOCKS * BLOCK_KEYS, LINE=128 // keys.element_size(),
+        LINES_PAD=triton.next_power_of_2(-(-head_dim * keys.element_size() // 128)),
         num_warps=num_warps_for(head_dim),
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",  # float32 stays exact; bf16 ignores it
         **launch_options(query.device, dependent),
