@@ -55,7 +55,7 @@ def _split_attention(
     row, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     num_kv_heads = tl.num_programs(1)
     half: tl.constexpr = HEAD_DIM // 2
-    # Written before the kernel before this one started (`dependent_launch`): readable before the wait.
+    # Dependently launched, only after the kernel that wrote the lengths completed (`dependent_launch`).
     length = tl.load(lengths + row) + LENGTH_OFFSET
     split_keys = tl.cdiv(tl.cdiv(length, tl.num_programs(2)), BLOCK) * BLOCK  # this row's keys, evenly
     start = split * split_keys
@@ -213,7 +213,8 @@ def rotate_store_and_attend(
     stores the new key and value at that position of the row's `keys`/`values`, and attends over
     positions 0..positions[row]: one kernel where rotary-and-store and attention took two (and
     the lengths no kernel of their own). `dependent`: `qkv` comes from the engine Triton kernel
-    just before (`dependent_launch`).
+    just before (`dependent_launch`), and `positions` from an earlier kernel: the programs read
+    them, and prefetch their first keys and values, before they wait for the projection.
     """
     head_dim = keys.shape[3]
     assert qkv.stride(1) == 1 and qkv.shape[1] == (num_heads + 2 * keys.shape[1]) * head_dim

@@ -4,12 +4,17 @@ In a decode step each kernel is short, and the GPU spends part of every kernel b
 the previous kernel's last programs finish, then the next kernel is scheduled and starts loading.
 On Hopper and newer GPUs a kernel launched with `launch_pdl` may be scheduled as soon as every
 program of the kernel before it has passed `wait_for_previous`; it then blocks in its own
-`wait_for_previous` until that kernel has completed and its writes are visible. A kernel that
-calls it does so before it touches memory, so launching it this way changes when it is
-scheduled, never what it reads or writes. The wait also covers every kernel before the previous
-one (each waited for its own predecessor), and a kernel launched normally (cuBLAS, a torch
-operation) waits for everything ahead of it as always. Only a kernel launched dependently releases
-the next one early; after one launched normally, the next is scheduled when it completes.
+`wait_for_previous` until that kernel has completed and its writes are visible. The wait also
+covers every kernel before the previous one (each waited for its own predecessor), and a kernel
+launched normally (cuBLAS, a torch operation) waits for everything ahead of it as always. Only a
+kernel launched dependently releases the next one early; after one launched normally, the next
+is scheduled when it completes.
+
+So launching a kernel this way changes when it is scheduled, never what it reads or writes, as
+long as before its wait it reads nothing the kernel just before it may write. When it starts,
+every kernel before that one has completed (the one just before has passed its own wait): a
+decode step's positions, written by its first kernel, can be read before the wait, and `prefetch`
+can fetch what no kernel of the step writes (weights, keys and values of earlier positions).
 
 Triton is imported only by the engine's CUDA kernel modules, and those only on CUDA.
 """
@@ -51,9 +56,8 @@ def prefetch(pointers):
     """Have L2 fetch the 128-byte lines at `pointers` (a tensor of addresses): a hint, which never
     changes what a later load reads, only how soon it arrives.
 
-    A dependently launched kernel calls it before `wait_for_previous` on what no recent kernel
-    writes (weights, keys and values of earlier steps), so those bytes travel from memory while
-    the kernel before it still runs.
+    A dependently launched kernel calls it before `wait_for_previous`, so those bytes travel from
+    memory while the kernel before it still runs.
     """
     tl.inline_asm_elementwise(
         "prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [pointers], dtype=tl.int32, is_pure=False, pack=1
