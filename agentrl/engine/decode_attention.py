@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from agentrl.engine.attention_blocks import fold_block
-from agentrl.engine.dependent_launch import launch_options, prefetch, wait_for_previous
+from agentrl.engine.dependent_launch import launch_options, line_options, prefetch, wait_for_previous
 from agentrl.engine.fused_kernels import rotate_halves
 
 BLOCK_KEYS = 64  # keys per inner iteration
@@ -259,8 +259,7 @@ def _attend(
         HALF_PAD=max(16, triton.next_power_of_2(head_dim // 2)),
         HEAD_PAD=max(16, triton.next_power_of_2(head_dim)), BLOCK=BLOCK_KEYS,
         STORE_LSE=num_splits > 1, ROTARY=rotary is not None, LENGTH_OFFSET=length_offset, num_stages=NUM_STAGES,
-        PREFETCH_KEYS=PREFETCH_BLOCKS * BLOCK_KEYS, LINE=128 // keys.element_size(),
-        LINES_PAD=triton.next_power_of_2(-(-head_dim * keys.element_size() // 128)),
+        PREFETCH_KEYS=PREFETCH_BLOCKS * BLOCK_KEYS, **line_options(head_dim, keys),
         num_warps=num_warps_for(head_dim),
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",  # float32 stays exact; bf16 ignores it
         **launch_options(query.device, dependent),

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from agentrl.engine.dependent_launch import launch_options, prefetch, wait_for_previous
+from agentrl.engine.dependent_launch import launch_options, line_options, prefetch, wait_for_previous
 from agentrl.engine.fused_kernels import silu_and_multiply, silu_times
 
 MAX_ROWS = 256  # larger steps keep cuBLAS: measured on the decode row buckets up to this many
@@ -121,11 +121,10 @@ def _launch(
     out_features = out.shape[1]
     assert x.stride(1) == 1 and weight.is_contiguous()
     block_rows, block_out, block_in, num_warps, num_stages = config
-    line = 128 // weight.element_size()  # elements of a 128-byte line
     _linear[(triton.cdiv(out_features, block_out), triton.cdiv(num_rows, block_rows))](
         x, weight, bias if bias is not None else weight, out, num_rows, out_features, in_features, x.stride(0),
         HAS_BIAS=bias is not None, GATED=gated, BLOCK_ROWS=block_rows, BLOCK_OUT=block_out, BLOCK_IN=block_in,
-        LINE=line, LINES_PAD=triton.next_power_of_2(-(-in_features // line)),
+        **line_options(in_features, weight),
         num_warps=num_warps, num_stages=num_stages, **launch_options(x.device, dependent),
     )  # fmt: skip
     return out

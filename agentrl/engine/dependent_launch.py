@@ -64,6 +64,13 @@ def prefetch(pointers):
     )
 
 
+def line_options(num_elements: int, tensor: torch.Tensor) -> dict:
+    """`LINE` (elements of `tensor` in a 128-byte line) and `LINES_PAD` (lines covering a contiguous
+    run of `num_elements`, rounded up to a power of two): where a kernel's `prefetch` points."""
+    line = 128 // tensor.element_size()
+    return {"LINE": line, "LINES_PAD": triton.next_power_of_2(-(-num_elements // line))}
+
+
 @functools.cache
 def _supported(device_index: int) -> bool:
     return _TRITON_HAS_DEPENDENT_LAUNCH and torch.cuda.get_device_capability(device_index) >= (9, 0)
