@@ -13,7 +13,8 @@ decode greedily, from token 0 at position 0, and nobody reads what they sample.
 
 On CUDA the step's sampler writes each row's (token id, logprob) straight into pinned host memory,
 the runner's pick buffer, so that no copy to the host sits between two steps. The buffer has
-`PICK_ENTRIES` entries; the block names the one this step writes (the same in every column).
+an entry for each decode step in flight and one for graph captures (`model_runner`); the block
+names the one this step writes (the same in every column).
 """
 
 from __future__ import annotations
@@ -30,10 +31,6 @@ POSITIONS, SOURCES, HOST_IDS, SAMPLING = 0, 1, 2, 3  # rows of the block; SAMPLI
 PICK_ENTRY = SAMPLING + 4  # the entry of the pick buffer the step writes
 NUM_FIELDS = PICK_ENTRY + 1
 PADDING = np.array([0.0, -1.0, 0.0, 0.0, -1.0, 1.0, 0.0, 0.0])[:, None]  # a padding column, field by field
-# Steps take the pick buffer's entries but the last in turn; graph captures write the last. At most
-# two decode steps are unread at once (`pending_step`), so an entry is written again only after
-# its step was read.
-PICK_ENTRIES = 5
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,10 @@ width: their warm-up runs write each real row's key/value where the step itself 
 (the step then runs and writes it again) and padding columns only into free slots.
 
 A graph reads its staged block where the host writes it, in pinned host memory, so that no copy
-sits between two steps. Steps alternate between two blocks, each with its own graphs: the host
-writes step N+2's block only after it has read step N's tokens (`pending_step`), so after step N
-has run, and a step in flight never has its block rewritten.
+sits between two steps. Steps take `num_blocks` blocks in turn, each with its own graphs, one
+more than the decode steps the scheduler launches before reading one (`decode_lookahead`): the
+host writes step N+num_blocks's block only after it has read step N's tokens (`pending_step`),
+so after step N has run, and a step in flight never has its block rewritten.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import torch
 from agentrl.engine.decode_batch import NUM_FIELDS, DecodeBatch
 
 ROW_STEP = 32  # past this many rows, graphs come in multiples of it
-NUM_BLOCKS = 2  # staged blocks the steps alternate between
 
 DecodeStep = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor | None]]
 """(staged block [NUM_FIELDS, columns] in pinned host memory, key_length) -> (logits [columns, vocab], picked
@@ -52,7 +52,7 @@ def row_buckets(max_rows: int) -> list[int]:
 
 
 class DecodeGraphs:
-    """Captured decode steps over two static input blocks in pinned host memory, keyed by (block, rows, key length).
+    """Captured decode steps over `num_blocks` static input blocks in pinned host memory, keyed by (block, rows, key length).
 
     `length_step`: key lengths are rounded up to a multiple of it, and each (rows, key length)
     is captured when first needed; None: every step reads the storage's whole capacity (for a
@@ -72,6 +72,7 @@ class DecodeGraphs:
         length_step: int | None,
         carried: torch.Tensor,
         capture_pick_entry: int,
+        num_blocks: int,
     ) -> None:
         self._step = step
         self._capture_pick_entry = capture_pick_entry  # where captures' warm-up steps write their picks
@@ -79,7 +80,8 @@ class DecodeGraphs:
         self.length_step = length_step
         self._carried = carried
         self.device = device
-        self._blocks = torch.zeros((NUM_BLOCKS, NUM_FIELDS * max_rows), dtype=torch.float64, pin_memory=True)
+        self.num_blocks = num_blocks
+        self._blocks = torch.zeros((num_blocks, NUM_FIELDS * max_rows), dtype=torch.float64, pin_memory=True)
         self._next_block = 0
         # By (block, columns, key length).
         self._graphs: dict[
@@ -108,10 +110,10 @@ class DecodeGraphs:
             needed = batch.max_position + 1
             key_length = min(capacity, -(-needed // self.length_step) * self.length_step)
         index = self._next_block
-        self._next_block = (index + 1) % NUM_BLOCKS
+        self._next_block = (index + 1) % self.num_blocks
         if (index, columns, key_length) not in self._graphs:
             widths = [columns] if self.length_step is not None else row_buckets(self.max_rows)
-            for block_index, width in itertools.product(range(NUM_BLOCKS), widths):
+            for block_index, width in itertools.product(range(self.num_blocks), widths):
                 if (block_index, width, key_length) not in self._graphs:
                     # The block is rewritten: the steps in flight and the last capture's warm-up runs read it.
                     torch.cuda.synchronize(self.device)

@@ -19,7 +19,7 @@ import torch
 from transformers import PreTrainedModel
 
 from agentrl.compiled_layers import compile_decoder_layers
-from agentrl.engine.decode_batch import PICK_ENTRIES, PICK_ENTRY, SAMPLING, DecodeBatch, DecodeInputs
+from agentrl.engine.decode_batch import PICK_ENTRY, SAMPLING, DecodeBatch, DecodeInputs
 from agentrl.engine.decode_graphs import DecodeGraphs
 from agentrl.engine.model_setup import attention_backends, fused_forward_unsupported, slot_shape
 from agentrl.engine.packed_prefill import PackedPrefill
@@ -36,6 +36,8 @@ class ModelRunner:
 
     Flags as in `TransformersEngine`. Build it before listing the model's parameters: the fused
     forward turns the q/k/v and gate/up parameters into views of packed matrices.
+    `decode_lookahead`: decode steps the scheduler launches before reading one; the staged
+    blocks and pick buffer entries that steps take in turn are sized for it.
     """
 
     def __init__(
@@ -48,6 +50,7 @@ class ModelRunner:
         cuda_graphs: bool,
         torch_compile: bool,
         fused_forward: bool,
+        decode_lookahead: int,
     ) -> None:
         self.model = model
         self.device = device
@@ -73,12 +76,15 @@ class ModelRunner:
         # writes entries 0.. (by row), a prefill pass entries max_batch_size + slot.
         self.max_batch_size = max_batch_size
         self.samples = torch.zeros(2 * max_batch_size, dtype=torch.long, device=device)
-        # Where a decode step's sampler writes its picks on CUDA (`decode_batch`), and the entry the next step takes.
+        # Where a decode step's sampler writes its picks on CUDA (`decode_batch`), and the entry the
+        # next step takes. Steps take every entry but the last in turn, and graph captures write the
+        # last: an entry is written again decode_lookahead + 1 steps later, once its step was read.
         self.pick_buffer = None
         self._next_pick_entry = 0
+        self._step_pick_entries = decode_lookahead + 1
         if device.type == "cuda":
             self.pick_buffer = torch.zeros(
-                (PICK_ENTRIES, 2, max_batch_size), dtype=torch.float64, pin_memory=True
+                (self._step_pick_entries + 1, 2, max_batch_size), dtype=torch.float64, pin_memory=True
             )
         self.decode_graphs = None
         self.prefill_graphs = None
@@ -87,7 +93,8 @@ class ModelRunner:
             length_step = None if self.fused_decoder is not None else 256
             self.decode_graphs = DecodeGraphs(self._graph_step, max_rows=max_batch_size, device=device,
                                               length_step=length_step, carried=self.samples,
-                                              capture_pick_entry=PICK_ENTRIES - 1)  # fmt: skip
+                                              capture_pick_entry=self._step_pick_entries,
+                                              num_blocks=decode_lookahead + 1)  # fmt: skip
             if self.fused_decoder is not None:
                 self.prefill_graphs = PrefillGraphs(
                     self._fused_prefill, max_rows=max_batch_size, device=device
@@ -118,7 +125,7 @@ class ModelRunner:
         """A decode step's inputs for slots 0..len(positions)-1, staged as `DecodeBatch.stage` says."""
         columns = len(positions) if self.decode_graphs is None else self.decode_graphs.columns(len(positions))
         pick_entry = self._next_pick_entry
-        self._next_pick_entry = (pick_entry + 1) % (PICK_ENTRIES - 1)  # the last is the graph captures'
+        self._next_pick_entry = (pick_entry + 1) % self._step_pick_entries
         return DecodeBatch.stage(positions, sources, host_ids, params, uniforms, columns=columns,
                                  pin=self.device.type == "cuda", pick_entry=pick_entry)  # fmt: skip
 

@@ -47,6 +47,15 @@ class Request:
         elif len(self.completion_ids) >= self.max_new_tokens:
             self.finish_reason = FinishReason.LENGTH
 
+    @property
+    def budget_launched(self) -> bool:
+        """Whether the passes launched for it sample its last allowed token: it needs no further step.
+
+        Its prefill pass samples one token and each decode step launched since (one cached position
+        each) one more.
+        """
+        return 1 + self.cache_length - len(self.prompt_ids) >= self.max_new_tokens
+
     def cached_token_ids(self) -> list[int]:
         """The tokens whose keys/values the request's slot holds, at positions 0.. in order."""
         return (self.prompt_ids + self.completion_ids)[: self.cache_length]

@@ -50,7 +50,7 @@ class Scheduler:
         prefill_interval: int,
         policy_version: int,
         on_step: Callable[[StepRecord], None] | None,
-        overlap_decode: bool,
+        decode_lookahead: int,
     ) -> None:
         self.runner = runner
         self.prefix_cache = prefix_cache
@@ -62,7 +62,7 @@ class Scheduler:
         self.prefill_interval = prefill_interval
         self.policy_version = policy_version
         self._on_step = on_step
-        self.overlap_decode = overlap_decode
+        self.decode_lookahead = decode_lookahead
         self._decodes_since_prefill = 0
         self._pending: list[PendingStep] = []  # launched passes whose tokens are unread, in launch order
         self._waiting: collections.deque[Request | WeightUpdate] = collections.deque()
@@ -110,8 +110,10 @@ class Scheduler:
         while budget > 0 and (admitted := self._admit(budget, first_pass)):
             budget -= self._prefill(admitted)
             first_pass = False
-        if self._rows:
+        if any(not r.budget_launched for r in self._rows):
             self._decode()
+        elif self._rows:  # every row's last token is on its way: read instead of computing dropped ones
+            self._read_pending()
 
     def _admit(self, budget: int, first_pass: bool) -> list[Request]:
         num_free_rows = self.max_batch_size - len(self._rows)
@@ -182,20 +184,19 @@ class Scheduler:
         return [requests[row] for row in kept], [matches[row] for row in kept]
 
     def _decode(self) -> None:
-        """Launch a decode step for every running row; then read the passes launched before the previous step.
+        """Launch a decode step for every running row; then read the passes launched before the
+        decode step `decode_lookahead` steps back (with 0, this one too).
 
-        With overlap, the host reads step N's tokens (and those of the prefill passes launched
-        before it) while the device runs step N+1, which was launched before the host knew which
-        rows step N finished: such a row computes one extra token in step N+1, which is dropped
-        (the key/value it stores, its last kept token's, is valid). The prefill passes launched
-        between steps N and N+1 are read after step N+2 is launched, so the host prepares the
-        next passes while the device computes them.
+        The host reads step N's tokens (and those of the prefill passes launched before it) while
+        the device runs steps N+1..N+lookahead, which were launched before the host knew which rows
+        step N finished: such a row computes a token in each of them, dropped (the key/value the
+        first of them stores, its last kept token's, is valid). A prefill pass launched between
+        steps N and N+1 is read after step N+1+lookahead is launched, so the host prepares the next
+        passes while the device computes them.
         """
         self._pending.append(self._launch_decode())
-        done = len(self._pending)
-        if self.overlap_decode:  # up to the previous decode step, if any
-            decodes = [index for index, step in enumerate(self._pending) if step.decode]
-            done = decodes[-2] + 1 if len(decodes) > 1 else 0
+        decodes = [index for index, step in enumerate(self._pending) if step.decode]
+        done = decodes[-1 - self.decode_lookahead] + 1 if len(decodes) > self.decode_lookahead else 0
         for step in self._pending[:done]:
             self._finish(step)
         del self._pending[:done]

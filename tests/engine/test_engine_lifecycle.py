@@ -54,17 +54,15 @@ async def greedy_alone(model) -> list[int]:
         return (await engine.generate(PROMPT, GREEDY)).completion_ids
 
 
-@pytest.mark.parametrize("overlap_decode", [False, True])
+@pytest.mark.parametrize("lookahead", [0, 1, 4])
 async def test_a_weight_update_waits_for_running_requests_and_later_requests_use_the_new_weights(
-    overlap_decode,
+    lookahead,
 ):
     old_model, new_model = tiny_qwen2(seed=0), tiny_qwen2(seed=1)
     expected_old, expected_new = await greedy_alone(old_model), await greedy_alone(new_model)
     assert expected_old != expected_new
     gate = StepGate.after_decode(1)
-    async with TransformersEngine(
-        tiny_qwen2(seed=0), [], on_step=gate, overlap_decode=overlap_decode
-    ) as engine:
+    async with TransformersEngine(tiny_qwen2(seed=0), [], on_step=gate, decode_lookahead=lookahead) as engine:
         running = asyncio.create_task(engine.generate(PROMPT, GREEDY))
         await gate.wait_reached()
         update = asyncio.create_task(engine.update_weights(new_model.state_dict(), version=1))
@@ -122,10 +120,10 @@ async def test_an_error_inside_the_scheduler_reaches_every_waiting_caller_and_th
     assert recovered.completion_ids == await greedy_alone(model)
 
 
-@pytest.mark.parametrize("overlap_decode", [False, True])
-async def test_a_cancelled_request_leaves_the_batch_at_the_next_step(overlap_decode):
+@pytest.mark.parametrize("lookahead", [0, 1, 4])
+async def test_a_cancelled_request_leaves_the_batch_at_the_next_step(lookahead):
     gate = StepGate.after_decode(2)
-    async with TransformersEngine(tiny_qwen2(), [], on_step=gate, overlap_decode=overlap_decode) as engine:
+    async with TransformersEngine(tiny_qwen2(), [], on_step=gate, decode_lookahead=lookahead) as engine:
         doomed = asyncio.create_task(engine.generate(PROMPT, SamplingParams(max_new_tokens=50)))
         await gate.wait_reached()
         doomed.cancel()

@@ -1,8 +1,8 @@
-"""Overlapped decoding (each step launched before the previous one is read): nothing observable changes.
+"""Overlapped decoding (steps launched before the earlier ones are read): nothing observable changes.
 
-On CUDA the engine overlaps by default; here the same scheduler runs on CPU with the overlap
-forced on and is compared with reading every step at once. The weight-update and cancellation
-tests of `test_engine_lifecycle` run with and without it.
+On CUDA the engine launches `CUDA_DECODE_LOOKAHEAD` steps ahead by default; here the same
+scheduler runs on CPU with a lookahead forced on and is compared with reading every step at once.
+The weight-update and cancellation tests of `test_engine_lifecycle` run with and without it.
 """
 
 from __future__ import annotations
@@ -39,11 +39,16 @@ async def generate(model, prompts, params, **engine_kwargs):
     return generations, [(r.kind, r.request_ids) for r in records], stats
 
 
-async def test_overlapped_decoding_samples_and_records_what_step_by_step_decoding_does(any_tiny_model):
+@pytest.mark.parametrize("lookahead", [1, 4])
+async def test_overlapped_decoding_samples_and_records_what_step_by_step_decoding_does(
+    any_tiny_model, lookahead
+):
     prompts, params = PROMPTS + PROMPTS + [[4, 5, 6]], MIXED + STOPPING + [ONE_TOKEN]
     # A one-token prefill budget admits one request per iteration: rows join a running batch.
-    plain = await generate(any_tiny_model, prompts, params, max_prefill_tokens=1, overlap_decode=False)
-    overlapped = await generate(any_tiny_model, prompts, params, max_prefill_tokens=1, overlap_decode=True)
+    plain = await generate(any_tiny_model, prompts, params, max_prefill_tokens=1, decode_lookahead=0)
+    overlapped = await generate(
+        any_tiny_model, prompts, params, max_prefill_tokens=1, decode_lookahead=lookahead
+    )
     assert_same_generations(overlapped[0], plain[0])
     assert {g.finish_reason for g in plain[0]} == {FinishReason.STOP, FinishReason.LENGTH}
     assert len(overlapped[0][-1].completion_ids) == 1
@@ -55,11 +60,12 @@ async def test_overlapped_decoding_samples_and_records_what_step_by_step_decodin
     assert stats.num_generated_tokens == sum(len(g.completion_ids) for g in generations)
 
 
-async def test_overlapped_decoding_with_the_prefix_cache_matches_it_without_overlap():
+@pytest.mark.parametrize("lookahead", [1, 4])
+async def test_overlapped_decoding_with_the_prefix_cache_matches_it_without_overlap(lookahead):
     prompt = list(range(1, 40))
     params = [SamplingParams(max_new_tokens=12, temperature=1.0, seed=i) for i in range(4)]
-    plain = await generate(tiny_qwen2(), [prompt] * 4, params, overlap_decode=False)
-    overlapped = await generate(tiny_qwen2(), [prompt] * 4, params, overlap_decode=True)
+    plain = await generate(tiny_qwen2(), [prompt] * 4, params, decode_lookahead=0)
+    overlapped = await generate(tiny_qwen2(), [prompt] * 4, params, decode_lookahead=lookahead)
     assert_same_generations(overlapped[0], plain[0])
 
 
@@ -76,7 +82,7 @@ def test_a_row_feeds_on_the_sample_of_the_last_pending_pass_that_computed_it():
     assert sample_sources([first, second, third, fourth], pending) == [1, 0, 11, -1]
 
 
-async def group_with_a_row_cancelled_mid_iteration(cancel: bool, overlap_decode: bool) -> list:
+async def group_with_a_row_cancelled_mid_iteration(cancel: bool, lookahead: int) -> list:
     """Rows 1-4 join a running row in one iteration of two prefill passes; row 1 may be cancelled
     during the first, while row 2's first token is still unread (retiring row 1 there would move
     row 2 and give its slot, and that slot's sample entry, to the second pass)."""
@@ -84,7 +90,7 @@ async def group_with_a_row_cancelled_mid_iteration(cancel: bool, overlap_decode:
     params = [SamplingParams(max_new_tokens=6, temperature=1.0, seed=seed) for seed in range(4)]
     first_pass = (StepKind.PREFILL, (1, 2))  # the group's leader and the other prompt; then the rest
     gate = StepGate(lambda steps: steps[-1][0] is StepKind.DECODE or steps[-1] == first_pass)
-    async with TransformersEngine(tiny_qwen2(), [], on_step=gate, overlap_decode=overlap_decode) as engine:
+    async with TransformersEngine(tiny_qwen2(), [], on_step=gate, decode_lookahead=lookahead) as engine:
         running = asyncio.create_task(engine.generate([5, 6, 7], SamplingParams(max_new_tokens=40)))
         await gate.wait_reached()  # at its first decode step: the next four arrive together
         leader, *rest = [
@@ -104,10 +110,10 @@ async def group_with_a_row_cancelled_mid_iteration(cancel: bool, overlap_decode:
     return generations
 
 
-@pytest.mark.parametrize("overlap_decode", [False, True])
-async def test_a_row_cancelled_between_prefill_passes_changes_no_other_row(overlap_decode):
-    expected = await group_with_a_row_cancelled_mid_iteration(cancel=False, overlap_decode=overlap_decode)
-    observed = await group_with_a_row_cancelled_mid_iteration(cancel=True, overlap_decode=overlap_decode)
+@pytest.mark.parametrize("lookahead", [0, 1, 4])
+async def test_a_row_cancelled_between_prefill_passes_changes_no_other_row(lookahead):
+    expected = await group_with_a_row_cancelled_mid_iteration(cancel=False, lookahead=lookahead)
+    observed = await group_with_a_row_cancelled_mid_iteration(cancel=True, lookahead=lookahead)
     assert_same_generations(observed, expected)
 
 
@@ -136,7 +142,7 @@ async def test_a_failure_waits_for_the_launched_steps_it_drops(monkeypatch):
     monkeypatch.setattr(PendingStep, "launch", staticmethod(launch_with_an_event))
     model = tiny_qwen2()
     # The first request decodes, overlapped, while the second one's prefill pass fails.
-    async with TransformersEngine(model, [], max_prefill_tokens=1, overlap_decode=True) as engine:
+    async with TransformersEngine(model, [], max_prefill_tokens=1, decode_lookahead=2) as engine:
         prefill = engine.runner.prefill
         calls = []
 
@@ -155,9 +161,12 @@ async def test_a_failure_waits_for_the_launched_steps_it_drops(monkeypatch):
     assert len(launched) >= 2 and {id(e) for e in launched} == {id(e) for e in waited}
 
 
-async def test_when_a_decode_step_is_launched_every_decode_step_but_the_last_has_been_waited_for(monkeypatch):
-    """What lets a decode step reuse the staged block of the step two before it and the pick buffer's
-    entries in turn (`decode_graphs`, `decode_batch`): that step has run."""
+@pytest.mark.parametrize("lookahead", [1, 4])
+async def test_when_a_decode_step_is_launched_all_but_the_last_lookahead_steps_have_been_waited_for(
+    monkeypatch, lookahead
+):
+    """What lets a decode step reuse the staged block and the pick buffer entry of the step
+    lookahead + 1 before it (`decode_graphs`, `model_runner`): that step has run."""
     unread, most_unread = set(), []
     launch, wait = PendingStep.launch, PendingStep.wait
 
@@ -175,5 +184,27 @@ async def test_when_a_decode_step_is_launched_every_decode_step_but_the_last_has
     monkeypatch.setattr(PendingStep, "launch", staticmethod(launch_recorded))
     monkeypatch.setattr(PendingStep, "wait", wait_recorded)
     prompts, params = PROMPTS + PROMPTS, MIXED + STOPPING
-    await generate(tiny_qwen2(), prompts, params, max_prefill_tokens=1, overlap_decode=True)
-    assert len(most_unread) > 20 and max(most_unread) == 1
+    await generate(tiny_qwen2(), prompts, params, max_prefill_tokens=1, decode_lookahead=lookahead)
+    assert len(most_unread) > 20 and max(most_unread) == lookahead
+
+
+@pytest.mark.parametrize("lookahead", [0, 1, 4])
+async def test_no_decode_step_is_launched_once_every_row_has_its_last_token_on_the_way(
+    monkeypatch, lookahead
+):
+    """Rows without a stop token end at their token budget: the host knows when the steps launched
+    sample every row's last token, and launches no step whose tokens would all be dropped."""
+    decodes = []
+    launch = PendingStep.launch
+
+    def launch_counted(requests, picked, first_sample, decode, device):
+        decodes.extend([len(requests)] if decode else [])
+        return launch(requests, picked, first_sample, decode, device)
+
+    monkeypatch.setattr(PendingStep, "launch", staticmethod(launch_counted))
+    params = [SamplingParams(max_new_tokens=n, temperature=1.0, seed=n) for n in (3, 7)]
+    generations, _, _ = await generate(tiny_qwen2(), [[4, 5, 6], [7, 8]], params, decode_lookahead=lookahead)
+    assert [len(g.completion_ids) for g in generations] == [3, 7]
+    # The longer row needs 6 steps after its prefill token; the shorter one rides along until it is read.
+    assert len(decodes) == 6
+    assert decodes == [2] * min(2 + lookahead, 6) + [1] * (6 - min(2 + lookahead, 6))
