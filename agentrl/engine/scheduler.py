@@ -3,8 +3,9 @@
 Each iteration drops cancelled requests, applies a weight update once no row runs on the old
 weights, prefills admitted requests (`admission` decides which, within the row and token
 budgets) and runs one decode step for every running row. Row i owns slot i of the runner's
-slot storage: a finished row is answered once its last token is read (`pending_step`), and the
-last rows move into the holes.
+slot storage: a row leaves once it is finished, or once the passes launched sample its last
+allowed token, and is answered once its last token is read (`pending_step`); the last rows move
+into the holes.
 Anything a forward pass raises fails the rows it touched; the thread keeps serving.
 """
 
@@ -67,6 +68,7 @@ class Scheduler:
         self._pending: list[PendingStep] = []  # launched passes whose tokens are unread, in launch order
         self._waiting: collections.deque[Request | WeightUpdate] = collections.deque()
         self._rows: list[Request] = []  # row i owns slot i of self.runner.slots
+        self._draining: list[Request] = []  # out of the batch, their last tokens in launched passes
 
     def serve(self) -> None:
         """Schedule until `SHUTDOWN`; then fail the running rows and the waiting requests and updates."""
@@ -110,10 +112,9 @@ class Scheduler:
         while budget > 0 and (admitted := self._admit(budget, first_pass)):
             budget -= self._prefill(admitted)
             first_pass = False
-        if any(not r.budget_launched for r in self._rows):
+        self._retire_rows()  # rows whose one token the prefill pass samples
+        if self._rows:
             self._decode()
-        elif self._rows:  # every row's last token is on its way: read instead of computing dropped ones
-            self._read_pending()
 
     def _admit(self, budget: int, first_pass: bool) -> list[Request]:
         num_free_rows = self.max_batch_size - len(self._rows)
@@ -154,8 +155,8 @@ class Scheduler:
         self.stats.num_prefix_cached_tokens += int(rows.first_positions.sum())
         computed = rows.num_tokens if self.runner.packed_prefill else rows.num_rows * int(rows.counts.max())
         self._record(StepKind.PREFILL, requests, num_tokens=computed)
-        # No row is retired (and no row moves) before this iteration's decode step is launched: a
-        # moved row would look for its unread first token where the next pass writes its own.
+        # No row is retired (and no row moves) before this iteration's last prefill pass: a moved
+        # row would look for its unread first token where the next pass writes its own.
         return computed
 
     def _lookup_prefixes(self, requests: list[Request]) -> list[PrefixMatch | None]:
@@ -189,10 +190,11 @@ class Scheduler:
 
         The host reads step N's tokens (and those of the prefill passes launched before it) while
         the device runs steps N+1..N+lookahead, which were launched before the host knew which rows
-        step N finished: such a row computes a token in each of them, dropped (the key/value the
-        first of them stores, its last kept token's, is valid). A prefill pass launched between
-        steps N and N+1 is read after step N+1+lookahead is launched, so the host prepares the next
-        passes while the device computes them.
+        a stop token in step N finished: such a row computes a token in each of them, dropped (the
+        key/value the first of them stores, its last kept token's, is valid). A row whose token
+        budget ends at step N is known at its launch and leaves the batch then (`_retire_rows`).
+        A prefill pass launched between steps N and N+1 is read after step N+1+lookahead is
+        launched, so the host prepares the next passes while the device computes them.
         """
         self._pending.append(self._launch_decode())
         decodes = [index for index, step in enumerate(self._pending) if step.decode]
@@ -200,6 +202,7 @@ class Scheduler:
         for step in self._pending[:done]:
             self._finish(step)
         del self._pending[:done]
+        self._retire_rows()  # rows whose last token this step samples
 
     def _launch_decode(self) -> PendingStep:
         requests = list(self._rows)
@@ -228,6 +231,7 @@ class Scheduler:
         self.stats.num_generated_tokens += len(live)
         if live and step.decode:
             self._record(StepKind.DECODE, live, num_tokens=len(step.requests))
+        self._answer_drained()
         self._retire_rows()
 
     def _read_pending(self) -> None:
@@ -244,17 +248,30 @@ class Scheduler:
         return PendingStep.launch(requests, picked, first_sample, decode=False, device=self.runner.device)
 
     def _retire_rows(self) -> None:
-        """Answer finished rows and drop them, with cancelled ones; the last rows fill their slots."""
-        done = [i for i, r in enumerate(self._rows) if r.finish_reason is not None or r.cancelled]
+        """Drop finished and cancelled rows, and rows whose last token is on its way, from the batch;
+        the last rows fill their slots.
+
+        A finished row is answered. A row whose passes in flight sample its last allowed token
+        (`Request.budget_launched`) needs no further step: it leaves now, so that no step computes
+        a token of it to drop, and is answered once those tokens are read (`_answer_drained`).
+        Each row leaving unfinished or finished gives the prefix cache the keys/values of its
+        tokens read so far.
+        """
+        done = [
+            i
+            for i, r in enumerate(self._rows)
+            if r.finish_reason is not None or r.cancelled or r.budget_launched
+        ]
         if not done:
             return
-        finished = [(slot, self._rows[slot]) for slot in done if self._rows[slot].finish_reason is not None]
+        leaving = [(slot, self._rows[slot]) for slot in done if not self._rows[slot].cancelled]
         if self.prefix_cache is not None:
-            self.prefix_cache.insert_from_slots(
-                [(r.cached_token_ids(), slot) for slot, r in finished if not r.cancelled]
-            )
-        for _, request in finished:
-            resolve_future(request.future, result=request.generation())
+            self.prefix_cache.insert_from_slots([(r.cached_token_ids(), slot) for slot, r in leaving])
+        for _, request in leaving:
+            if request.finish_reason is not None:
+                resolve_future(request.future, result=request.generation())
+            else:
+                self._draining.append(request)
         num_kept = len(self._rows) - len(done)
         done_set = set(done)
         holes = [slot for slot in done if slot < num_kept]
@@ -263,6 +280,16 @@ class Scheduler:
         for hole, mover in zip(holes, movers, strict=True):
             self._rows[hole] = self._rows[mover]
         del self._rows[num_kept:]
+
+    def _answer_drained(self) -> None:
+        """Answer the rows out of the batch whose last token has been read; forget cancelled ones."""
+        waiting = []
+        for request in self._draining:
+            if request.finish_reason is not None:
+                resolve_future(request.future, result=request.generation())
+            elif not request.cancelled:
+                waiting.append(request)
+        self._draining = waiting
 
     def _wait_for_pending(self) -> None:
         """Wait for the passes launched and not read: a step still queued on the device reads its
@@ -300,7 +327,7 @@ class Scheduler:
 
     def _fail_rows(self, error: BaseException) -> None:
         self._wait_for_pending()
-        self._pending = []  # their unfinished rows are among self._rows
-        for request in self._rows:
+        self._pending = []  # their unfinished rows are among self._rows and self._draining
+        for request in self._rows + self._draining:
             resolve_future(request.future, error=error)
-        self._rows = []
+        self._rows, self._draining = [], []

@@ -25,7 +25,7 @@ CPU = torch.device("cpu")
 STOPPING = [
     SamplingParams(max_new_tokens=30, temperature=1.0, seed=i, stop_token_ids=[3, 17, 40]) for i in range(4)
 ]
-# Done at its prefill token: the decode step launched before that token is read computes one more, dropped.
+# Done at its prefill token: it leaves the batch before any decode step.
 ONE_TOKEN = SamplingParams(max_new_tokens=1, temperature=1.0, seed=5)
 
 
@@ -189,22 +189,23 @@ async def test_when_a_decode_step_is_launched_all_but_the_last_lookahead_steps_h
 
 
 @pytest.mark.parametrize("lookahead", [0, 1, 4])
-async def test_no_decode_step_is_launched_once_every_row_has_its_last_token_on_the_way(
-    monkeypatch, lookahead
-):
-    """Rows without a stop token end at their token budget: the host knows when the steps launched
-    sample every row's last token, and launches no step whose tokens would all be dropped."""
+async def test_a_row_leaves_the_batch_once_its_last_token_is_on_the_way(monkeypatch, lookahead):
+    """Rows without a stop token end at their token budget: the host knows which launched step
+    samples a row's last token, and no later step computes a token of that row to drop."""
     decodes = []
     launch = PendingStep.launch
 
     def launch_counted(requests, picked, first_sample, decode, device):
-        decodes.extend([len(requests)] if decode else [])
+        decodes.extend([[r.request_id for r in requests]] if decode else [])
         return launch(requests, picked, first_sample, decode, device)
 
     monkeypatch.setattr(PendingStep, "launch", staticmethod(launch_counted))
-    params = [SamplingParams(max_new_tokens=n, temperature=1.0, seed=n) for n in (3, 7)]
-    generations, _, _ = await generate(tiny_qwen2(), [[4, 5, 6], [7, 8]], params, decode_lookahead=lookahead)
-    assert [len(g.completion_ids) for g in generations] == [3, 7]
-    # The longer row needs 6 steps after its prefill token; the shorter one rides along until it is read.
-    assert len(decodes) == 6
-    assert decodes == [2] * min(2 + lookahead, 6) + [1] * (6 - min(2 + lookahead, 6))
+    params = [SamplingParams(max_new_tokens=n, temperature=1.0, seed=n) for n in (3, 7, 1)]
+    prompts = [[4, 5, 6], [7, 8], [9]]
+    overlapped = await generate(tiny_qwen2(), prompts, params, decode_lookahead=lookahead)
+    plain = await generate(tiny_qwen2(), prompts, params, decode_lookahead=0)
+    assert [len(g.completion_ids) for g in overlapped[0]] == [3, 7, 1]
+    assert_same_generations(overlapped[0], plain[0])
+    # After the prefill pass's tokens, the first row needs 2 steps and the second 6; the third none.
+    # The second moves into the first's slot.
+    assert decodes[: len(decodes) // 2] == [[0, 1]] * 2 + [[1]] * 4
