@@ -65,9 +65,10 @@ def added_product(x: Tensor, linear: torch.nn.Linear, residual: Tensor) -> Tenso
 
     cuBLAS adds it in its epilogue and rounds the sum once, where the product would have been
     written out and read back by the next RMSNorm (in a prefill pass, a quarter of that kernel's
-    traffic). A bias, where the model has one, is added after.
+    traffic). The sum is written over `residual`, which no caller reads again: an out-of-place
+    product would first copy it to its output. A bias, where the model has one, is added after.
     """
-    summed = torch.addmm(residual, x, linear.weight.t())
+    summed = residual.addmm_(x, linear.weight.t())
     if linear.bias is not None:
         summed += linear.bias
     return summed

@@ -11,6 +11,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agentrl.engine import FinishReason, SamplingParams, TransformersEngine
 from agentrl.engine.decode_graphs import row_buckets
+from agentrl.engine.transformers_engine import CUDA_DECODE_LOOKAHEAD
 from tests.engine.conftest import tiny_qwen2
 from tests.engine.test_transformers_engine import (
     MIXED,
@@ -101,10 +102,13 @@ async def test_on_gpu_cuda_graph_decoding_equals_eager_decoding():
             )
             if graphs:
                 num_graphs = engine.runner.decode_graphs.num_graphs
+                num_blocks = engine.runner.decode_graphs.num_blocks
     assert_same_generations(results[0], results[1])
     # Slots last grew at position 256, which dropped the graphs; the next step captured one per row
-    # bucket up to the engine's 64 rows and staged block, and no other step captured anything.
-    assert num_graphs == 2 * len(row_buckets(64)) == 14
+    # bucket up to the engine's 64 rows and staged block (one more than the steps launched ahead),
+    # and no other step captured anything.
+    assert num_blocks == CUDA_DECODE_LOOKAHEAD + 1
+    assert num_graphs == num_blocks * len(row_buckets(64)) == num_blocks * 7
 
 
 async def test_on_gpu_prefix_cache_hits_sample_what_cold_prefill_samples():
