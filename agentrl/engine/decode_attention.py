@@ -173,12 +173,15 @@ def num_splits_for(num_rows: int, num_kv_heads: int, capacity: int) -> int:
     return max(1, min(-(-TARGET_PROGRAMS // (num_rows * num_kv_heads)), triton.cdiv(capacity, BLOCK_KEYS)))
 
 
-def num_warps_for(head_dim: int) -> int:
-    """A program's tiles are 16 query rows (a padded group) by the head dimension: small heads take 2 warps.
+def num_warps_for(head_dim: int, num_splits: int) -> int:
+    """A program's tiles are 16 query rows (a padded group) by the head dimension: small heads take 2
+    warps when each program walks a split of a row's keys, 4 when it walks the whole row.
 
-    In captured graphs 2 warps ran faster than 4 at head dim 64 and 4 than 2 at 128.
+    In captured graphs 2 warps ran faster than 4 at head dim 64 and 4 than 2 at 128. At the 0.5B
+    shape (head dim 64, H100), steps of 128-224 rows (unsplit) ran 1.1-2.7% faster with 4 warps,
+    and 32-96 rows (split) no faster.
     """
-    return 2 if head_dim <= 64 else 4
+    return 2 if head_dim <= 64 and num_splits > 1 else 4
 
 
 def decode_attention(
@@ -260,7 +263,7 @@ def _attend(
         HEAD_PAD=max(16, triton.next_power_of_2(head_dim)), BLOCK=BLOCK_KEYS,
         STORE_LSE=num_splits > 1, ROTARY=rotary is not None, LENGTH_OFFSET=length_offset, num_stages=NUM_STAGES,
         PREFETCH_KEYS=PREFETCH_BLOCKS * BLOCK_KEYS, **line_options(head_dim, keys),
-        num_warps=num_warps_for(head_dim),
+        num_warps=num_warps_for(head_dim, num_splits),
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",  # float32 stays exact; bf16 ignores it
         **launch_options(query.device, dependent),
     )  # fmt: skip
