@@ -105,6 +105,15 @@ class ModelRunner:
         """Whether a prefill pass computes only real tokens (the fused forward drops left padding)."""
         return self.fused_decoder is not None
 
+    def drop_graphs(self) -> None:
+        """Free the captured graphs for good (the runner replays none after).
+
+        They call back into the runner, so runner and graphs form a reference cycle: left to
+        Python's cycle collector, which may not run for a long time, the slot storage they keep
+        alive (gigabytes at a large batch) would outlive the engine.
+        """
+        self.decode_graphs = self.prefill_graphs = None
+
     def grow_slots(self, num_positions: int) -> None:
         """Make every slot hold at least `num_positions` positions."""
         if self.slots.ensure_capacity(num_positions):  # graphs read the storage that was just replaced

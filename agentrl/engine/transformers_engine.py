@@ -220,13 +220,18 @@ class TransformersEngine:
         await update.future
 
     async def close(self) -> None:
-        """Stop the scheduler; requests still waiting or running fail with RuntimeError."""
+        """Stop the scheduler; requests still waiting or running fail with RuntimeError.
+
+        The CUDA graphs go at once; the key/value slots and the prefix cache go with the engine
+        object, as soon as nothing refers to it.
+        """
         with self._submit_lock:  # nothing can be queued behind the shutdown marker
             if self._closed:
                 return
             self._closed = True
             self._inbox.put(SHUTDOWN)
         await asyncio.to_thread(self._thread.join)
+        self.runner.drop_graphs()
 
     async def __aenter__(self) -> Self:
         return self

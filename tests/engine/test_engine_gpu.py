@@ -137,3 +137,21 @@ async def test_on_gpu_a_bf16_state_dict_on_the_device_is_copied_in_place():
         )
     assert all(torch.equal(model.state_dict()[name], t) for name, t in state_dict.items())
     assert {name: t.data_ptr() for name, t in model.state_dict().items()} == pointers
+
+
+async def test_a_closed_engine_frees_its_device_memory_once_dropped_without_a_cycle_collection():
+    """Captured graphs call back into the runner; closing the engine breaks that cycle, so its slot
+    storage and graph memory are freed as soon as the engine is dropped."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        async with TransformersEngine(tiny_qwen2(), [], device="cuda", dtype=torch.bfloat16) as engine:
+            await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, MIXED, strict=True)])
+            assert engine.runner.decode_graphs.num_graphs > 0 and engine.runner.prefill_graphs is not None
+            runner, storage = weakref.ref(engine.runner), weakref.ref(engine.runner.slots.keys)
+        del engine
+        assert runner() is None and storage() is None
+    finally:
+        gc.enable()
