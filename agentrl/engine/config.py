@@ -19,7 +19,7 @@ class ModelConfig(BaseModel):
 # Knobs that only one backend reads; setting one for the other backend is an error, not a no-op.
 _BUILT_IN_ONLY = (
     "device", "max_batch_size", "max_prefill_tokens", "prefix_cache_bytes", "prefix_block_size", "cuda_graphs",
-    "prefill_interval", "torch_compile", "fused_forward",
+    "prefill_interval", "torch_compile", "fused_forward", "decode_lookahead",
 )  # fmt: skip
 _SGLANG_ONLY = (
     "url", "launch", "launch_port", "launch_args", "startup_timeout_s", "request_timeout_s",
@@ -76,6 +76,13 @@ class EngineConfig(BaseModel):
         True,
         description="built-in engine on CUDA: run Llama/Qwen2 models through the engine's Triton-fused forward "
         "pass; false runs transformers' modules",
+    )
+    decode_lookahead: int | None = Field(
+        None,
+        ge=0,
+        description="built-in engine: decode steps launched before the host reads a step's tokens "
+        "(covers the host's pauses; a row a stop token ends computes that many dropped tokens); "
+        "null = 4 on CUDA, 0 on CPU",
     )
     url: str | None = Field(
         None, description="sglang: base URL of a running server, e.g. http://127.0.0.1:30000"

@@ -33,6 +33,7 @@ def build_engine(
             prefill_interval=engine.prefill_interval,
             torch_compile=engine.torch_compile,
             fused_forward=engine.fused_forward,
+            decode_lookahead=engine.decode_lookahead,
             seed=seed,
         )
     from agentrl.engine.sglang_client import SGLangEngine

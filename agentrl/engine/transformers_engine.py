@@ -134,6 +134,7 @@ class TransformersEngine:
                                   decode_lookahead=decode_lookahead)  # fmt: skip
         self.max_batch_size = max_batch_size
         self.prefill_interval = prefill_interval
+        self.decode_lookahead = decode_lookahead
         self.stats = EngineStats()
         parameters = dict(model.state_dict())
         self._param_shapes = {name: tuple(t.shape) for name, t in parameters.items()}

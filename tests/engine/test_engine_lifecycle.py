@@ -220,6 +220,7 @@ async def test_a_prompt_outside_the_vocabulary_fails_alone_and_its_pass_runs_the
         ({"dtype": "float33"}, "dtype=.float33. is not supported"),
         ({"prefill_interval": 0}, "prefill_interval=0 must be >= 1"),
         ({"prefix_cache_bytes": -1}, "prefix_cache_bytes=-1 must be >= 0"),
+        ({"decode_lookahead": -1}, "decode_lookahead=-1 must be >= 0"),
     ],
 )
 def test_bad_engine_settings_are_rejected(kwargs, message):

@@ -31,6 +31,7 @@ BUILD = {"model_path": MODEL, "device": "cpu", "dtype": torch.float32, "seed": 0
         ({"backend": "sglang", "url": "http://h:1", "launch": True}, "engine=sglang needs exactly one of engine.url"),
         ({"url": "http://h:1"}, "engine.url does not apply to engine.backend=transformers"),
         ({"backend": "sglang", "url": "http://h:1", "max_batch_size": 8}, "engine.max_batch_size does not apply"),
+        ({"backend": "sglang", "url": "http://h:1", "decode_lookahead": 2}, "engine.decode_lookahead does not apply"),
         ({"backend": "sglang", "url": "http://h:1", "launch_args": ["--tp", "2"]}, "engine.launch_args is read only"),
         ({"backend": "sglang", "url": "h:1"}, "engine.url='h:1' must start with http:// or https://"),
     ],
@@ -49,6 +50,10 @@ async def test_build_engine_gives_the_built_in_engine_by_default() -> None:
     engine = build_engine(ModelConfig(), EngineConfig(max_batch_size=3), **BUILD)
     assert isinstance(engine, TransformersEngine)
     assert engine.max_batch_size == 3
+    assert engine.decode_lookahead == 0  # the CPU's default
+    await engine.close()
+    engine = build_engine(ModelConfig(), EngineConfig(decode_lookahead=2), **BUILD)
+    assert engine.decode_lookahead == 2
     await engine.close()
 
 
