@@ -199,10 +199,8 @@ class Scheduler:
         self._pending.append(self._launch_decode())
         decodes = [index for index, step in enumerate(self._pending) if step.decode]
         done = decodes[-1 - self.decode_lookahead] + 1 if len(decodes) > self.decode_lookahead else 0
-        for step in self._pending[:done]:
-            self._finish(step)
+        self._finish(self._pending[:done])  # also retires the rows whose last token this step samples
         del self._pending[:done]
-        self._retire_rows()  # rows whose last token this step samples
 
     def _launch_decode(self) -> PendingStep:
         requests = list(self._rows)
@@ -221,24 +219,25 @@ class Scheduler:
         self._decodes_since_prefill += 1
         return PendingStep.launch(requests, picked, first_sample=0, decode=True, device=self.runner.device)
 
-    def _finish(self, step: PendingStep) -> None:
-        """Append a launched pass's tokens to the rows it did not find finished; retire finished rows."""
-        live = []  # rows finished by an earlier pass (or cancelled since the launch) keep no token
-        for request, token_id, logprob in zip(step.requests, *step.read(), strict=True):
-            if request.finish_reason is None and not request.cancelled:
-                request.append(int(token_id), logprob)
-                live.append(request)
-        self.stats.num_generated_tokens += len(live)
-        if live and step.decode:
-            self._record(StepKind.DECODE, live, num_tokens=len(step.requests))
+    def _finish(self, steps: list[PendingStep]) -> None:
+        """Append launched passes' tokens (in launch order) to the rows each did not find finished;
+        then answer finished rows and retire them from the batch."""
+        for step in steps:
+            live = []  # rows finished by an earlier pass (or cancelled since the launch) keep no token
+            for request, token_id, logprob in zip(step.requests, *step.read(), strict=True):
+                if request.finish_reason is None and not request.cancelled:
+                    request.append(int(token_id), logprob)
+                    live.append(request)
+            self.stats.num_generated_tokens += len(live)
+            if live and step.decode:
+                self._record(StepKind.DECODE, live, num_tokens=len(step.requests))
         self._answer_drained()
         self._retire_rows()
 
     def _read_pending(self) -> None:
         """Finish every launched pass (before updating weights or idling)."""
         pending, self._pending = self._pending, []
-        for step in pending:
-            self._finish(step)
+        self._finish(pending)
 
     def _sample_prefill(self, logits: torch.Tensor, requests: list[Request], first_slot: int) -> PendingStep:
         sampling = RowSampling.build(
