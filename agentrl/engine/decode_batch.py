@@ -1,8 +1,9 @@
 """Inference stage, one decode step's per-row inputs, staged on the host in one block the device reads once.
 
 Per row, a decode step needs the position it writes, where its input token comes from (the
-sample of the pass that computed it, still on the device, or a token the host already read), and
-its sampling parameters with this step's uniform draw. Sent field by field, that is several
+sample of the pass that computed it, still on the device, or a token the host already read),
+its sampling parameters with this step's uniform draw, and the row whose slot it may read its
+first keys from instead of its own, with how many (`prefix_sharing`). Sent field by field, that is several
 small host-to-device copies, and each costs host time that a decode step of a small model cannot
 hide. Here every field is one row of a float64 block (each value is a float, or an integer far
 below 2**53), written on the host and read once by the device, which unpacks it with a few casts
@@ -29,8 +30,10 @@ from agentrl.engine.sampling import RowSampling, sampling_rows, uses_filters
 
 POSITIONS, SOURCES, HOST_IDS, SAMPLING = 0, 1, 2, 3  # rows of the block; SAMPLING.. hold `sampling_rows`
 PICK_ENTRY = SAMPLING + 4  # the entry of the pick buffer the step writes
-NUM_FIELDS = PICK_ENTRY + 1
-PADDING = np.array([0.0, -1.0, 0.0, 0.0, -1.0, 1.0, 0.0, 0.0])[:, None]  # a padding column, field by field
+SHARE_ROWS, SHARE_LENGTHS = PICK_ENTRY + 1, PICK_ENTRY + 2
+NUM_FIELDS = SHARE_LENGTHS + 1
+# A padding column, field by field (its share row is never read: it shares no position).
+PADDING = np.array([0.0, -1.0, 0.0, 0.0, -1.0, 1.0, 0.0, 0.0, 0.0, 0.0])[:, None]
 
 
 @dataclass(frozen=True)
@@ -49,12 +52,16 @@ class DecodeBatch:
         host_ids: list[int],
         params: list[SamplingParams],
         uniforms: list[float],
+        shares: tuple[list[int], list[int]] | None = None,
         *,
         columns: int,
         pin: bool,
         pick_entry: int = 0,
     ) -> DecodeBatch:
-        """`sources[i]`: the entry of the runner's sample buffer row i feeds on, or -1 to feed `host_ids[i]`."""
+        """`sources[i]`: the entry of the runner's sample buffer row i feeds on, or -1 to feed `host_ids[i]`.
+
+        `shares`: (share_rows, share_lengths) as `SharedPrefixes.sources` gives them; None: no row shares.
+        """
         staged = torch.empty((NUM_FIELDS, columns), dtype=torch.float64, pin_memory=pin)
         block = staged.numpy()
         num_rows = len(positions)
@@ -64,6 +71,10 @@ class DecodeBatch:
         block[HOST_IDS, :num_rows] = host_ids
         block[SAMPLING:PICK_ENTRY, :num_rows] = sampling_rows(params, uniforms)
         block[PICK_ENTRY] = pick_entry
+        if shares is None:
+            block[SHARE_ROWS, :num_rows] = block[SHARE_LENGTHS, :num_rows] = 0
+        else:
+            block[SHARE_ROWS, :num_rows], block[SHARE_LENGTHS, :num_rows] = shares
         return DecodeBatch(staged, params, max(positions), pick_entry)
 
     def widened(self, columns: int, pick_entry: int) -> torch.Tensor:
@@ -80,6 +91,11 @@ class DecodeBatch:
         return len(self.params)
 
     @property
+    def shares(self) -> bool:
+        """Whether some row reads its first keys from another row's slot (`prefix_sharing`)."""
+        return bool(self.staged.numpy()[SHARE_LENGTHS, : self.num_rows].any())
+
+    @property
     def filters(self) -> bool:
         """Whether some row uses top-k or top-p."""
         return uses_filters(self.params)
@@ -94,6 +110,8 @@ class DecodeInputs:
     slots: torch.Tensor  # [columns] int64: column i writes slot i
     sampling: RowSampling  # its host-side flags describe the batch's real rows
     pick_entries: torch.Tensor  # [columns] int64: the pick buffer's entry (the same in every column)
+    share_rows: torch.Tensor  # [columns] int64: the row whose slot holds the column's first keys too
+    share_lengths: torch.Tensor  # [columns] int64: how many (0: none)
 
     @staticmethod
     def unpack(block: torch.Tensor, params: list[SamplingParams], samples: torch.Tensor) -> DecodeInputs:
@@ -105,13 +123,25 @@ class DecodeInputs:
         if samples.is_cuda:
             from agentrl.engine.decode_unpack import unpack_block  # Triton: CUDA machines only
 
-            input_ids, positions, slots, temperatures, top_ks, top_ps, uniforms, pick_entries = unpack_block(
-                block, samples
-            )
+            (
+                input_ids,
+                positions,
+                slots,
+                temperatures,
+                top_ks,
+                top_ps,
+                uniforms,
+                pick_entries,
+                share_rows,
+                share_lengths,
+            ) = unpack_block(block, samples)
             sampling = RowSampling.of(temperatures, top_ks, top_ps, uniforms, params)
-            return DecodeInputs(input_ids, positions, slots, sampling, pick_entries)
+            return DecodeInputs(
+                input_ids, positions, slots, sampling, pick_entries, share_rows, share_lengths
+            )
         positions, sources, host_ids = block[:SAMPLING].long()
         input_ids = torch.where(sources >= 0, samples[sources.clamp(min=0)], host_ids)
         slots = torch.arange(block.shape[1], device=block.device)
         sampling = RowSampling.from_staged(block[SAMPLING:PICK_ENTRY], params)
-        return DecodeInputs(input_ids, positions, slots, sampling, block[PICK_ENTRY].long())
+        pick_entries, share_rows, share_lengths = block[PICK_ENTRY:].long()
+        return DecodeInputs(input_ids, positions, slots, sampling, pick_entries, share_rows, share_lengths)

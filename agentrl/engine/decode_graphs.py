@@ -1,4 +1,4 @@
-"""Inference stage, decode on CUDA graphs: one captured step per (rows, key length) bucket.
+"""Inference stage, decode on CUDA graphs: one captured step per (rows, key length) bucket, with and without shared prefixes.
 
 A decode step of a small model is hundreds of short kernels; launched one by one from Python
 they take longer than the GPU needs to run them. Replaying a captured graph launches them all at
@@ -11,6 +11,10 @@ and the first step at a storage size captures every row bucket at once, so a run
 capture in the middle. Captures run on the step's real inputs, cut or padded to the bucket's
 width: their warm-up runs write each real row's key/value where the step itself will write it
 (the step then runs and writes it again) and padding columns only into free slots.
+
+A step where some row reads its first keys from another row's slot (`prefix_sharing`) runs
+attention that looks that up; a step where none does, the plain kernel, which is ~1.5% faster
+on the 0.5B single-turn workload (H100). Each is captured when a step first needs it.
 
 A graph reads its staged block where the host writes it, in pinned host memory, so that no copy
 sits between two steps. Steps take `num_blocks` blocks in turn, each with its own graphs, one
@@ -30,9 +34,9 @@ from agentrl.engine.decode_batch import NUM_FIELDS, DecodeBatch
 
 ROW_STEP = 32  # past this many rows, graphs come in multiples of it
 
-DecodeStep = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor | None]]
-"""(staged block [NUM_FIELDS, columns] in pinned host memory, key_length) -> (logits [columns, vocab], picked
-[2, columns], or None where the step wrote its picks into the pick buffer)."""
+DecodeStep = Callable[[torch.Tensor, int, bool], tuple[torch.Tensor, torch.Tensor | None]]
+"""(staged block [NUM_FIELDS, columns] in pinned host memory, key_length, whether rows share prefixes) ->
+(logits [columns, vocab], picked [2, columns], or None where the step wrote its picks into the pick buffer)."""
 
 
 def bucket_rows(num_rows: int, max_rows: int) -> int:
@@ -52,7 +56,8 @@ def row_buckets(max_rows: int) -> list[int]:
 
 
 class DecodeGraphs:
-    """Captured decode steps over `num_blocks` static input blocks in pinned host memory, keyed by (block, rows, key length).
+    """Captured decode steps over `num_blocks` static input blocks in pinned host memory, keyed by
+    (block, rows, key length, shared prefixes).
 
     `length_step`: key lengths are rounded up to a multiple of it, and each (rows, key length)
     is captured when first needed; None: every step reads the storage's whole capacity (for a
@@ -83,9 +88,9 @@ class DecodeGraphs:
         self.num_blocks = num_blocks
         self._blocks = torch.zeros((num_blocks, NUM_FIELDS * max_rows), dtype=torch.float64, pin_memory=True)
         self._next_block = 0
-        # By (block, columns, key length).
+        # By (block, columns, key length, shared prefixes).
         self._graphs: dict[
-            tuple[int, int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor | None]
+            tuple[int, int, int, bool], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor | None]
         ] = {}
         self._pool = None
 
@@ -111,17 +116,19 @@ class DecodeGraphs:
             key_length = min(capacity, -(-needed // self.length_step) * self.length_step)
         index = self._next_block
         self._next_block = (index + 1) % self.num_blocks
-        if (index, columns, key_length) not in self._graphs:
+        shares = batch.shares
+        if (index, columns, key_length, shares) not in self._graphs:
             widths = [columns] if self.length_step is not None else row_buckets(self.max_rows)
             for block_index, width in itertools.product(range(self.num_blocks), widths):
-                if (block_index, width, key_length) not in self._graphs:
+                if (block_index, width, key_length, shares) not in self._graphs:
                     # The block is rewritten: the steps in flight and the last capture's warm-up runs read it.
                     torch.cuda.synchronize(self.device)
                     block = self._block_of(block_index, width)
                     block.copy_(batch.widened(width, self._capture_pick_entry))
-                    self._graphs[(block_index, width, key_length)] = self._capture(block, key_length)
+                    graph = self._capture(block, key_length, shares)
+                    self._graphs[(block_index, width, key_length, shares)] = graph
         self._block_of(index, columns).copy_(batch.staged)
-        graph, logits, picked = self._graphs[(index, columns, key_length)]
+        graph, logits, picked = self._graphs[(index, columns, key_length, shares)]
         graph.replay()
         return logits, picked
 
@@ -130,18 +137,18 @@ class DecodeGraphs:
         return self._blocks[index, : NUM_FIELDS * columns].view(NUM_FIELDS, columns)
 
     def _capture(
-        self, block: torch.Tensor, key_length: int
+        self, block: torch.Tensor, key_length: int, shares: bool
     ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor | None]:
         carried = self._carried.clone()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up outside the graph: lazy init, autotuning
             for _ in range(2):
-                self._step(block, key_length)
+                self._step(block, key_length, shares)
                 self._carried.copy_(carried)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            logits, picked = self._step(block, key_length)
+            logits, picked = self._step(block, key_length, shares)
         self._pool = graph.pool()
         return graph, logits, picked

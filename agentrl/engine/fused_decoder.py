@@ -154,7 +154,16 @@ class FusedDecoder:
         def attend(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor, last: bool) -> Tensor:
             keys, values = keys[rows, :, columns], values[rows, :, columns]
             return rotate_store_and_attend(
-                qkv, cos, sin, keys, values, positions, self.scale, self.num_heads, dependent=qkv_in_triton
+                qkv,
+                cos,
+                sin,
+                keys,
+                values,
+                positions,
+                self.scale,
+                self.num_heads,
+                dependent=qkv_in_triton,
+                shared=inputs.shared,
             )
 
         down_splits = DOWN_SPLITS if self.split_down and rows.stop <= MAX_SPLIT_ROWS else 1

@@ -130,12 +130,13 @@ class ModelRunner:
         host_ids: list[int],
         params: list[SamplingParams],
         uniforms: list[float],
+        shares: tuple[list[int], list[int]] | None = None,
     ) -> DecodeBatch:
         """A decode step's inputs for slots 0..len(positions)-1, staged as `DecodeBatch.stage` says."""
         columns = len(positions) if self.decode_graphs is None else self.decode_graphs.columns(len(positions))
         pick_entry = self._next_pick_entry
         self._next_pick_entry = (pick_entry + 1) % self._step_pick_entries
-        return DecodeBatch.stage(positions, sources, host_ids, params, uniforms, columns=columns,
+        return DecodeBatch.stage(positions, sources, host_ids, params, uniforms, shares, columns=columns,
                                  pin=self.device.type == "cuda", pick_entry=pick_entry)  # fmt: skip
 
     def decode(self, batch: DecodeBatch) -> torch.Tensor:
@@ -147,7 +148,7 @@ class ModelRunner:
         num_rows = batch.num_rows
         if self.decode_graphs is None:
             block = batch.staged.to(self.device, non_blocking=True)
-            _, picked = self._decode_step(block, batch.params, batch.max_position + 1)
+            _, picked = self._decode_step(block, batch.params, batch.max_position + 1, batch.shares)
         else:
             logits, picked = self.decode_graphs.run(batch, self.slots.capacity)
             if batch.filters:  # the graph sampled by temperature alone: sample these rows again
@@ -206,16 +207,19 @@ class ModelRunner:
         block: torch.Tensor,
         params: list[SamplingParams],
         key_length: int,
+        shares: bool,
         temperature_only: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logits [columns, vocab], picked [2, columns]) of a decode step over slots 0..columns-1;
         picked is None where the sampler wrote the picks into the pick buffer's entry the block names.
+        `shares`: whether some row reads its first keys from another row's slot (`prefix_sharing`).
 
         Reads the previous step's samples for rows that continue one, and leaves its own in their place.
         """
         inputs = DecodeInputs.unpack(block, params, self.samples)
+        shared = (inputs.share_rows, inputs.share_lengths) if shares else None
         logits = self._forward_decode(
-            decode_inputs(inputs.input_ids, inputs.positions, key_length, inputs.slots)
+            decode_inputs(inputs.input_ids, inputs.positions, key_length, inputs.slots, shared)
         )
         sampling = inputs.sampling
         if temperature_only:
@@ -223,9 +227,11 @@ class ModelRunner:
         pick_buffer = None if self.pick_buffer is None else (self.pick_buffer, inputs.pick_entries)
         return logits, sample_picked(logits, sampling, self.samples[: logits.shape[0]], pick_buffer)
 
-    def _graph_step(self, block: torch.Tensor, key_length: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _graph_step(
+        self, block: torch.Tensor, key_length: int, shares: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The body of a decode graph: its sampler is the temperature-only one, whatever the rows ask."""
-        return self._decode_step(block, [], key_length, temperature_only=True)
+        return self._decode_step(block, [], key_length, shares, temperature_only=True)
 
 
 def cache_keyword(model: PreTrainedModel) -> str:

@@ -34,7 +34,17 @@ class PrefixMatch:
     """The cached blocks that cover the start of a token sequence."""
 
     block_ids: list[int]  # pool indices, in sequence order
+    node_ids: list[int]  # each block's node id: never reused, so equal ids mean the same keys/values
     num_tokens: int  # len(block_ids) * block_size
+
+
+@dataclass(frozen=True)
+class CachedPath:
+    """A sequence's cached blocks after `insert_from_slots`: node ids in sequence order, the last
+    `num_added` of them copied from its slot by that call."""
+
+    node_ids: list[int]
+    num_added: int
 
 
 # A cached block: (index into the pool, node id), the node id unique over the cache's life and the
@@ -96,7 +106,9 @@ class PrefixCache:
         for key, _ in reversed(path):  # leaf first, so parents end up the more recent
             self._blocks.move_to_end(key)
         block_ids = [block[_BLOCK_ID] for _, block in path]
-        return PrefixMatch(block_ids, len(block_ids) * self.block_size)
+        return PrefixMatch(
+            block_ids, [block[_NODE_ID] for _, block in path], len(block_ids) * self.block_size
+        )
 
     def peek(self, token_ids: list[int]) -> int:
         """How many leading tokens of `token_ids` are cached, without touching recency."""
@@ -114,26 +126,32 @@ class PrefixCache:
             for pool, storage in ((self.keys, self.slots.keys), (self.values, self.slots.values)):
                 storage[:, slots, :, positions] = pool[:, blocks, :, offsets]
 
-    def insert_from_slots(self, sequences: list[tuple[list[int], int]]) -> int:
-        """Cache every full block of each `(token_ids, slot)`, in one copy; returns blocks added.
+    def insert_from_slots(self, sequences: list[tuple[list[int], int]]) -> list[CachedPath]:
+        """Cache every full block of each `(token_ids, slot)`, in one copy; returns each one's cached path.
 
         `token_ids` are the tokens at positions 0.. of the slot (their keys/values computed).
         Blocks added by this call are never evicted by it, so the copy writes each block once.
         """
         protected: set[int] = set()
-        pairs = []
+        pairs, paths = [], []
         for token_ids, slot in sequences:
-            pairs += [(block_id, slot, start) for block_id, start in self._add_blocks(token_ids, protected)]
+            node_ids, added = self._add_blocks(token_ids, protected)
+            pairs += [(block_id, slot, start) for block_id, start in added]
+            paths.append(CachedPath(node_ids, len(added)))
         if pairs:
             blocks, offsets, slots, positions = self._token_indices(pairs)
             for pool, storage in ((self.keys, self.slots.keys), (self.values, self.slots.values)):
                 pool[:, blocks, :, offsets] = storage[:, slots, :, positions]
-        return len(pairs)
+        return paths
 
-    def _add_blocks(self, token_ids: list[int], protected: set[int]) -> list[tuple[int, int]]:
-        """Enter the uncached full blocks of `token_ids`; returns (block id, first position) of each."""
+    def _add_blocks(
+        self, token_ids: list[int], protected: set[int]
+    ) -> tuple[list[int], list[tuple[int, int]]]:
+        """Enter the uncached full blocks of `token_ids`; returns the node ids of its cached blocks,
+        and (block id, first position) of each one added."""
         path = self._path(token_ids)
         parent = path[-1][1][_NODE_ID] if path else _ROOT
+        node_ids = [block[_NODE_ID] for _, block in path]
         keys, added = [key for key, _ in path], []
         protected |= {block[_BLOCK_ID] for _, block in path}
         num_full = len(token_ids) // self.block_size
@@ -143,13 +161,14 @@ class PrefixCache:
                 break
             key = (parent, tuple(token_ids[start : start + self.block_size]))
             self._blocks[key] = (block_id, self._next_node_id)
+            node_ids.append(self._next_node_id)
             parent, self._next_node_id = self._next_node_id, self._next_node_id + 1
             protected.add(block_id)
             keys.append(key)
             added.append((block_id, start))
         for key in reversed(keys):  # leaf first, so parents end up the more recent
             self._blocks.move_to_end(key)
-        return added
+        return node_ids, added
 
     def _token_indices(self, pairs: list[tuple[int, int, int]]) -> tuple[torch.Tensor, ...]:
         """(block, offset in the block, slot, slot position) of every token of the (block, slot, first position) pairs.

@@ -24,6 +24,7 @@ from agentrl.engine.engine_records import EngineStats, StepKind, StepRecord, Wei
 from agentrl.engine.model_runner import ModelRunner
 from agentrl.engine.pending_step import PendingStep, sample_sources
 from agentrl.engine.prefix_cache import PrefixCache, PrefixMatch
+from agentrl.engine.prefix_sharing import SharedPrefixes, slot_nodes
 from agentrl.engine.request import Request, resolve_future
 from agentrl.engine.sampling import RowSampling, draw_uniforms
 from agentrl.engine.step_inputs import PrefillRows
@@ -55,6 +56,8 @@ class Scheduler:
     ) -> None:
         self.runner = runner
         self.prefix_cache = prefix_cache
+        # Rows whose slots start with the same cached blocks: decode reads those from one slot.
+        self._shared = None if prefix_cache is None else SharedPrefixes(prefix_cache.block_size)
         self.stats = stats
         self._inbox = inbox
         self._parameters = parameters
@@ -148,9 +151,14 @@ class Scheduler:
         for request in requests:
             request.cache_length = len(request.prompt_ids)
         if self.prefix_cache is not None:
-            self.prefix_cache.insert_from_slots(
+            paths = self.prefix_cache.insert_from_slots(
                 [(r.prompt_ids, rows.first_slot + i) for i, r in enumerate(requests)]
             )
+            block_size = self.prefix_cache.block_size
+            for request, match, cached, path in zip(
+                requests, matches, rows.first_positions, paths, strict=True
+            ):
+                self._shared.join(request, slot_nodes(match.node_ids[: cached // block_size], path))
         self.stats.num_prompt_tokens += sum(len(r.prompt_ids) for r in requests)
         self.stats.num_prefix_cached_tokens += int(rows.first_positions.sum())
         computed = rows.num_tokens if self.runner.packed_prefill else rows.num_rows * int(rows.counts.max())
@@ -213,7 +221,10 @@ class Scheduler:
         ]
         params = [r.sampling for r in requests]
         uniforms = draw_uniforms(params, [r.generator for r in requests])
-        picked = self.runner.decode(self.runner.stage_decode(positions, sources, host_ids, params, uniforms))
+        shares = None if self._shared is None else self._shared.sources(requests)
+        picked = self.runner.decode(
+            self.runner.stage_decode(positions, sources, host_ids, params, uniforms, shares)
+        )
         for request in requests:
             request.cache_length += 1
         self._decodes_since_prefill += 1
@@ -264,6 +275,9 @@ class Scheduler:
         if not done:
             return
         leaving = [(slot, self._rows[slot]) for slot in done if not self._rows[slot].cancelled]
+        if self._shared is not None:
+            for slot in done:
+                self._shared.leave(self._rows[slot])
         if self.prefix_cache is not None:
             self.prefix_cache.insert_from_slots([(r.cached_token_ids(), slot) for slot, r in leaving])
         for _, request in leaving:
@@ -330,3 +344,5 @@ class Scheduler:
         for request in self._rows + self._draining:
             resolve_future(request.future, error=error)
         self._rows, self._draining = [], []
+        if self._shared is not None:
+            self._shared.clear()

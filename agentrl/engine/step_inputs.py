@@ -29,14 +29,18 @@ class StepInputs:
     write_positions: torch.Tensor  # [num_writes]
     write_index: torch.Tensor | None  # [num_writes] flat index into [num_rows * num_new]; None: all
     key_length: int  # slot positions attention reads: 1 + the largest position
+    # A decode step's (share_rows, share_lengths) [num_rows]: positions [0, share_lengths[i]) of row
+    # i's slot hold what row share_rows[i]'s do, and may be read from there (`prefix_sharing`).
+    shared: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def to(self, device: torch.device) -> StepInputs:
         """The same inputs on `device` (host tensors travel through pinned memory, see `host_copy`)."""
         index = None if self.write_index is None else tensor_to_device(self.write_index, device)
+        shared = None if self.shared is None else tuple(tensor_to_device(t, device) for t in self.shared)
         return StepInputs(
             tensor_to_device(self.input_ids, device), tensor_to_device(self.positions, device),
             tensor_to_device(self.write_slots, device), tensor_to_device(self.write_positions, device),
-            index, self.key_length,
+            index, self.key_length, shared,
         )  # fmt: skip
 
 
@@ -118,12 +122,16 @@ def prefill_inputs(rows: PrefillRows) -> StepInputs:
 
 
 def decode_inputs(
-    input_ids: torch.Tensor, positions: torch.Tensor, key_length: int, slots: torch.Tensor | None = None
+    input_ids: torch.Tensor,
+    positions: torch.Tensor,
+    key_length: int,
+    slots: torch.Tensor | None = None,
+    shared: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> StepInputs:
     """One new token per row (`input_ids`, `positions` [rows] on one device), rows 0.. in slot order.
 
     Each token is stored at its position; attention reads `key_length` positions, at least 1 + the largest.
-    `slots`: 0..rows-1 on that device, where the caller has them already.
+    `slots`: 0..rows-1 on that device, where the caller has them already. `shared`: as `StepInputs.shared`.
     """
     if slots is None:
         slots = torch.arange(input_ids.shape[0], device=input_ids.device)
@@ -134,4 +142,5 @@ def decode_inputs(
         write_positions=positions,
         write_index=None,
         key_length=key_length,
+        shared=shared,
     )

@@ -105,3 +105,44 @@ def test_rotating_storing_and_attending_in_one_kernel_equals_rotary_store_then_a
     assert torch.equal(keys, expected_keys) and torch.equal(values, expected_values)
     tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.float(), expected.float(), atol=tolerance, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("rows", "heads", "head_dim"), [(24, 14, 64), (600, 14, 64), (24, 12, 128), (24, 4, 8)]
+)
+def test_rows_reading_their_shared_start_from_another_rows_slot_get_the_same_bits(rows, heads, head_dim):
+    """Groups of 4 rows whose slots start with the same keys/values: read from the group's first slot
+    (shares cut to whole blocks, one past the row's own keys), split or not, the output and the
+    stored key/value are those of each row reading its own slot."""
+    from agentrl.engine.decode_attention import BLOCK_KEYS, rotate_store_and_attend
+
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    dtype = torch.float32 if head_dim == 8 else torch.bfloat16
+    kv_heads, capacity = 2, 400
+    keys, values = torch.randn(
+        (2, rows, kv_heads, capacity, head_dim), generator=generator, device="cuda"
+    ).to(dtype)
+    leaders = torch.arange(rows, device="cuda") // 4 * 4
+    shared_lengths = torch.randint(0, 3 * BLOCK_KEYS, (rows,), generator=generator, device="cuda")
+    shared_lengths[0::4] = 0  # a group's first row reads its own slot
+    positions = shared_lengths + torch.randint(0, 100, (rows,), generator=generator, device="cuda")
+    positions[1] = 2 * BLOCK_KEYS  # its newest key right after its shared blocks
+    shared_lengths[1] = 2 * BLOCK_KEYS
+    for row in range(rows):  # the group's start, copied as the prefix cache copies it
+        length = int(shared_lengths[row])
+        keys[row, :, :length] = keys[int(leaders[row]), :, :length]
+        values[row, :, :length] = values[int(leaders[row]), :, :length]
+    qkv = torch.randn((rows, (heads + 2 * kv_heads) * head_dim), generator=generator, device="cuda").to(dtype)
+    angles = positions[:, None].float() * torch.rand(head_dim // 2, generator=generator, device="cuda")
+    cos, sin = torch.cat([angles.cos()] * 2, 1).to(dtype), torch.cat([angles.sin()] * 2, 1).to(dtype)
+    own_keys, own_values = keys.clone(), values.clone()
+    scale = head_dim**-0.5
+    expected = rotate_store_and_attend(qkv, cos, sin, own_keys, own_values, positions, scale, heads)
+    shared = (leaders, shared_lengths)
+    got = rotate_store_and_attend(qkv, cos, sin, keys, values, positions, scale, heads, shared=shared)
+    assert torch.equal(got, expected)
+    assert torch.equal(keys, own_keys) and torch.equal(values, own_values)
+    # Reading the leader's slot is what happens: with its shared keys changed, the output changes.
+    keys[0, :, :BLOCK_KEYS] += 1
+    changed = rotate_store_and_attend(qkv, cos, sin, keys, values, positions, scale, heads, shared=shared)
+    assert not torch.equal(changed[1:4], expected[1:4])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from agentrl.engine.decode_batch import DecodeBatch, DecodeInputs
+from agentrl.engine.decode_batch import PICK_ENTRY, DecodeBatch, DecodeInputs
 from agentrl.engine.decode_graphs import bucket_rows, row_buckets
 from agentrl.engine.protocol import SamplingParams
 
@@ -15,7 +15,7 @@ def test_a_staged_block_holds_each_rows_fields_and_padding_columns_decode_greedi
         SamplingParams(max_new_tokens=4, temperature=0.0, top_k=3, top_p=0.9),
     ]
     batch = DecodeBatch.stage(
-        [7, 3], [1, -1], [0, 42], params, [0.25, 0.0], columns=4, pin=False, pick_entry=3
+        [7, 3], [1, -1], [0, 42], params, [0.25, 0.0], ([1, 0], [0, 16]), columns=4, pin=False, pick_entry=3
     )
     assert batch.staged.dtype == torch.float64
     assert batch.staged.tolist() == [
@@ -27,8 +27,16 @@ def test_a_staged_block_holds_each_rows_fields_and_padding_columns_decode_greedi
         [1.0, 0.9, 1.0, 1.0],  # top-p
         [0.25, 0.0, 0.0, 0.0],  # uniforms
         [3, 3, 3, 3],  # the pick buffer's entry the step writes
+        [1, 0, 0, 0],  # share rows: row 1 reads ...
+        [0, 16, 0, 0],  # ... its first 16 keys from row 0's slot
     ]
-    assert (batch.num_rows, batch.max_position, batch.filters, batch.pick_entry) == (2, 7, True, 3)
+    assert (batch.num_rows, batch.max_position, batch.filters, batch.shares, batch.pick_entry) == (
+        2,
+        7,
+        True,
+        True,
+        3,
+    )
 
 
 def test_unpacked_inputs_take_each_rows_token_from_its_source_row_or_from_the_host():
@@ -42,8 +50,10 @@ def test_unpacked_inputs_take_each_rows_token_from_its_source_row_or_from_the_ho
     assert inputs.positions.tolist() == [5, 6, 2, 0]
     assert inputs.slots.tolist() == [0, 1, 2, 3]
     assert inputs.pick_entries.tolist() == [0, 0, 0, 0]
+    assert (inputs.share_rows.tolist(), inputs.share_lengths.tolist()) == ([0] * 4, [0] * 4)  # none given
     assert inputs.sampling.temperatures.tolist() == [1.0, 1.0, 1.0, 0.0]
     assert (inputs.sampling.all_greedy, inputs.sampling.filters, batch.filters) == (False, False, False)
+    assert not batch.shares
 
 
 def test_graph_buckets_are_powers_of_two_up_to_32_rows_then_multiples_of_32():
@@ -62,8 +72,9 @@ def test_a_block_widened_for_another_graph_keeps_its_first_rows_and_pads_the_res
     )
     assert batch.widened(2, 0).tolist() == batch.staged[:, :2].tolist()
     wide = batch.widened(6, 4)  # a capture's block writes the capture's entry
-    assert wide[:-1].tolist() == [
-        row + [row[3]] * 2 for row in batch.staged[:-1].tolist()
+    others = [field for field in range(wide.shape[0]) if field != PICK_ENTRY]
+    assert wide[others].tolist() == [
+        row + [row[3]] * 2 for row in batch.staged[others].tolist()
     ]  # column 3 is padding
-    assert wide[:, 3].tolist() == [0, -1, 0, 0, -1, 1, 0, 4]
-    assert wide[-1].tolist() == [4] * 6
+    assert wide[:, 3].tolist() == [0, -1, 0, 0, -1, 1, 0, 4, 0, 0]
+    assert wide[PICK_ENTRY].tolist() == [4] * 6

@@ -12,7 +12,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from agentrl.engine import FinishReason, SamplingParams, TransformersEngine
 from agentrl.engine.decode_graphs import row_buckets
 from agentrl.engine.transformers_engine import CUDA_DECODE_LOOKAHEAD
-from tests.engine.conftest import tiny_qwen2
+from tests.engine.conftest import VOCAB_SIZE, tiny_qwen2
 from tests.engine.test_transformers_engine import (
     MIXED,
     PROMPTS,
@@ -112,16 +112,26 @@ async def test_on_gpu_cuda_graph_decoding_equals_eager_decoding():
 
 
 async def test_on_gpu_prefix_cache_hits_sample_what_cold_prefill_samples():
+    """Followers copy the leader's prompt blocks and, at decode, read them from its slot."""
     model = tiny_qwen2(max_position_embeddings=512)
-    prompt = list(range(1, 40))
+    prompt = [(7 * i) % VOCAB_SIZE for i in range(150)]
     params = [SamplingParams(max_new_tokens=12, temperature=1.0, seed=i) for i in range(4)]
-    runs = {}
+    runs, staged = {}, []
     for budget in (1 << 24, 0):
         async with TransformersEngine(model, [], device="cuda", prefix_cache_bytes=budget) as engine:
+            stage = engine.runner.stage_decode
+
+            def recording_stage(*args, stage=stage):
+                staged.append(args[-1])
+                return stage(*args)
+
+            engine.runner.stage_decode = recording_stage
             runs[budget] = await asyncio.gather(*[engine.generate(prompt, s) for s in params])
             cached = engine.stats.num_prefix_cached_tokens
         if budget:
-            assert cached == 3 * 32  # three followers reuse two blocks of 16
+            assert cached == 3 * 144  # three followers reuse nine blocks of 16
+            assert staged[0] == ([0, 0, 0, 0], [0, 144, 144, 144])
+    assert staged[-1] is None  # no prefix cache, no sharing
     assert_same_generations(runs[1 << 24], runs[0])
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agentrl.engine import SamplingParams, StepKind, TransformersEngine
-from agentrl.engine.prefix_cache import PrefixCache
+from agentrl.engine.prefix_cache import CachedPath, PrefixCache
 from agentrl.engine.slot_cache import SlotKVCache
 from tests.engine.conftest import tiny_qwen2
 from tests.engine.test_transformers_engine import assert_same_generations
@@ -30,12 +30,13 @@ def cache_of(num_blocks: int) -> PrefixCache:
 
 def test_only_full_blocks_of_an_identical_prefix_are_found():
     cache = cache_of(num_blocks=8)
-    assert cache.insert_from_slots([(PROMPT, 0)]) == 2
+    assert cache.insert_from_slots([(PROMPT, 0)]) == [CachedPath([1, 2], num_added=2)]
     assert cache.peek(PROMPT) == 8
     assert cache.peek(PROMPT[:8] + [7, 7, 7, 7]) == 8
     assert cache.peek(PROMPT[:7]) == 4
     assert cache.peek([3, 1, 4, 2] + PROMPT[4:]) == 0  # a different first block hides the second
-    assert cache.insert_from_slots([(PROMPT + [8, 8], 0)]) == 1  # only the new third block is stored
+    # Only the new third block is stored; the path names the two found first.
+    assert cache.insert_from_slots([(PROMPT + [8, 8], 0)]) == [CachedPath([1, 2, 3], num_added=1)]
 
 
 def test_cached_blocks_leave_the_garbage_collectors_watch():
@@ -53,7 +54,7 @@ def test_a_hit_copies_the_cached_keys_and_values_into_another_slot():
     cache = cache_of(num_blocks=8)
     cache.insert_from_slots([(PROMPT, 0)])
     match = cache.lookup(PROMPT[:9])
-    assert match.num_tokens == 8
+    assert (match.block_ids, match.node_ids, match.num_tokens) == ([0, 1], [1, 2], 8)
     cache.copy_into_slots([(match, 1)])
     assert cache.slots.keys[0, 1, 0, :, 0].tolist() == list(range(8)) + list(range(24, 32))
 
@@ -69,7 +70,8 @@ def test_one_copy_places_each_match_in_its_own_slot():
 def test_one_insert_never_evicts_a_block_it_added_itself():
     cache = cache_of(num_blocks=2)
     first, second = [1, 1, 1, 1, 2, 2, 2, 2], [5, 5, 5, 5]
-    assert cache.insert_from_slots([(first, 0), (second, 1)]) == 2  # the pool is full after `first`
+    # The pool is full after `first`: `second` gets no block.
+    assert cache.insert_from_slots([(first, 0), (second, 1)]) == [CachedPath([1, 2], 2), CachedPath([], 0)]
     assert (cache.peek(first), cache.peek(second)) == (8, 0)
     assert cache.keys[0, :, 0, :, 0].tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
@@ -81,7 +83,8 @@ def test_the_least_recently_used_leaf_is_evicted_first_when_the_budget_is_full()
     cache.insert_from_slots([(first, 0)])
     cache.insert_from_slots([(second, 0)])
     cache.lookup(first)  # now `second`'s own block is the least recently used
-    cache.insert_from_slots([([4, 4, 4, 4], 0)])
+    # Evicted, `second`'s block 3 goes to the new one, under a node id never used before.
+    assert cache.insert_from_slots([([4, 4, 4, 4], 0)]) == [CachedPath([4], num_added=1)]
     assert (cache.peek(first), cache.peek(second), cache.peek([4, 4, 4, 4])) == (8, 4, 4)
     cache.clear()
     assert (cache.peek(first), cache.num_cached_blocks) == (0, 0)
