@@ -63,10 +63,8 @@ class SharedPrefixes:
         self._sources = None
 
     def leave(self, request: Request) -> None:
-        """A row leaves the batch (unknown rows are ignored)."""
-        nodes = self._nodes.pop(request, None)
-        if nodes is None:
-            return
+        """A row that joined leaves the batch."""
+        nodes = self._nodes.pop(request)
         del self._deepest[request]
         alone = set()
         for node in nodes:
@@ -77,9 +75,10 @@ class SharedPrefixes:
             elif not holders:
                 del self._holders[node]
         for holder in alone:
-            holder_nodes = self._nodes[holder]
-            shared = [depth for depth, node in enumerate(holder_nodes) if len(self._holders[node]) > 1]
-            self._deepest[holder] = shared[-1] if shared else -1
+            self._deepest[holder] = max(
+                (depth for depth, node in enumerate(self._nodes[holder]) if len(self._holders[node]) > 1),
+                default=-1,
+            )
         self._sources = None
 
     def clear(self) -> None:
@@ -99,7 +98,7 @@ class SharedPrefixes:
             share_rows, share_lengths = list(range(len(rows))), [0] * len(rows)
             slot_of = {request: slot for slot, request in enumerate(rows)}
             for slot, request in enumerate(rows):
-                deepest = self._deepest.get(request, -1)
+                deepest = self._deepest[request]
                 if deepest < 0:
                     continue
                 first = self._holders[self._nodes[request][deepest]][0]
