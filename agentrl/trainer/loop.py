@@ -190,10 +190,29 @@ class Trainer:
                 trajectory.advantage = advantage
         if config.trainer.dump_rollouts and self.is_main:
             dump_trajectories(parts.run_dir / "rollouts" / f"step_{step}.jsonl", trajectories)
-        if not trainable:
-            # Nothing to learn from (every episode failed, or dynamic sampling kept no group).
+        if trainable:
+            await self._update(step, trainable, advantages, metrics, timer)
+        else:
+            # Nothing to learn from (every episode failed, or dynamic sampling kept no group). The
+            # weights are unchanged, but they are still served as version `step`: the next step's
+            # rollout must sample the version it trains against.
             metrics["actor/skipped_update"] = 1.0
-            return metrics, trajectories
+        with timer.stage("weight_sync"):
+            await self._sync_weights(step)
+        if self.prefetcher is not None:
+            await self.prefetcher.weights_updated(step)
+        return metrics, trajectories
+
+    async def _update(
+        self,
+        step: int,
+        trainable: list[Trajectory],
+        advantages: torch.Tensor,  # [len(trainable)]
+        metrics: dict[str, float],
+        timer: StepTimer,
+    ) -> None:
+        """Old/ref logprobs, rollout correction and the optimizer update on the trainable episodes."""
+        parts, config = self.parts, self.config
         if self.prefetcher is None:
             assert all(oldest_version(t) == step - 1 for t in trainable), "sync rollout sampled stale weights"
         batch = build_train_batch(trainable, advantages, parts.pad_token_id)
@@ -210,11 +229,6 @@ class Trainer:
                 batch.ref_logprobs, _ = await self._compute(parts.reference.compute_logprobs, batch)
         with timer.stage("update"):
             metrics.update(await self._compute(parts.actor.update, batch))
-        with timer.stage("weight_sync"):
-            await self._sync_weights(step)
-        if self.prefetcher is not None:
-            await self.prefetcher.weights_updated(step)
-        return metrics, trajectories
 
     async def _sync_weights(self, version: int) -> None:
         """Send the actor's weights to the engine; on a shared GPU as device tensors, without a host copy."""

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,12 +41,13 @@ SMALL = [
 class VersionedScriptedEngine:
     """Replies with the digits in turn and tracks the weight version like a real engine."""
 
-    def __init__(self, tokenizer, logprob: float = -0.5) -> None:
+    def __init__(self, tokenizer, logprob: float = -0.5, reply: str | None = None) -> None:
         self.tokenizer, self.version, self.num_calls, self.logprob = tokenizer, 0, 0, logprob
+        self.reply = reply  # the same text every time; None: "0" or "7" by the seed
         self.versions_received: list[int] = []
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
-        reply = str(sampling.seed % 2 * 7)  # "0" or "7": members of a group disagree
+        reply = self.reply or str(sampling.seed % 2 * 7)  # "0" or "7": members of a group disagree
         self.num_calls += 1
         ids = self.tokenizer.encode(reply, add_special_tokens=False) + [self.tokenizer.eos_token_id]
         return Generation(ids, [self.logprob] * len(ids), FinishReason.STOP, policy_version=self.version)
@@ -76,18 +84,24 @@ class TargetEnv(TextEnv):
 
 
 def scripted_trainer(
-    tmp_path: Path, *overrides: str, failure: str | None = None, logprob: float = -0.5
+    tmp_path: Path,
+    *overrides: str,
+    failure: str | None = None,
+    logprob: float = -0.5,
+    make_env: Callable[[], TextEnv] | None = None,
+    reply: str | None = None,
+    rows: list[dict] = ROWS,
 ) -> tuple[Trainer, VersionedScriptedEngine]:
     config = load_config([*SMALL, *overrides, f"trainer.run_dir={tmp_path}"])
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_PATH)
-    engine = VersionedScriptedEngine(tokenizer, logprob)
+    engine = VersionedScriptedEngine(tokenizer, logprob, reply)
     actor = PolicyWorker(
         DEFAULT_MODEL_PATH, config.actor, device="cpu", temperature=config.rollout.temperature
     )
     parts = TrainerParts(
-        run_dir=tmp_path, make_env=lambda: TargetEnv(failure), engine=engine, template=ChatTemplate(tokenizer),
+        run_dir=tmp_path, make_env=make_env or (lambda: TargetEnv(failure)), engine=engine, template=ChatTemplate(tokenizer),
         pad_token_id=tokenizer.pad_token_id, actor=actor, reference=None,
-        sampler=StepSampler(ROWS, 2, 0, True), extra_sampler=StepSampler(ROWS, 2, 1, True), val_rows=ROWS[:2],
+        sampler=StepSampler(rows, 2, 0, True), extra_sampler=StepSampler(rows, 2, 1, True), val_rows=rows[:2],
         reward_functions=RewardFunctions([]),
     )  # fmt: skip
     return Trainer(config, parts), engine
@@ -135,6 +149,92 @@ def test_a_run_whose_episodes_keep_failing_stops_naming_the_status_and_an_exampl
     assert all(
         record["rollout/error_frac"] == 1.0 and record["actor/skipped_update"] == 1.0 for record in steps
     )
+
+
+class FailsInTheFirstEpisodes(TargetEnv):
+    """Raises in the first `num_failing` steps of episodes across all instances (a shared counter)."""
+
+    def __init__(self, counter: itertools.count, num_failing: int) -> None:
+        super().__init__()
+        self.counter, self.num_failing = counter, num_failing
+
+    def step(self, action):
+        if next(self.counter) < self.num_failing:
+            raise ValueError("broken only for a while")
+        return super().step(action)
+
+
+def test_a_step_with_nothing_to_train_still_serves_its_version_and_the_next_step_trains(tmp_path):
+    counter = itertools.count()  # step 1's 2 groups x 4 episodes all fail; step 2's all succeed
+    trainer, engine = scripted_trainer(
+        tmp_path, "trainer.total_training_steps=2", "trainer.val_before_train=false", "trainer.test_freq=0",
+        make_env=lambda: FailsInTheFirstEpisodes(counter, num_failing=8),
+    )  # fmt: skip
+    asyncio.run(trainer.fit())
+    step_1, step_2 = records(tmp_path, "metrics.jsonl")[:2]
+    assert step_1["actor/skipped_update"] == 1.0 and step_1["rollout/error_frac"] == 1.0
+    assert "actor/skipped_update" not in step_2 and step_2["rollout/error_frac"] == 0.0
+    assert engine.versions_received[:3] == [0, 1, 2]  # version 1 is the unchanged weights, served anyway
+    assert {t["policy_version"] for t in records(tmp_path, "rollouts/step_2.jsonl")} == {1}
+
+
+def _start_sandbox_server(port: int) -> subprocess.Popen:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "sandbox.server", "--backend", "bwrap", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while True:
+        assert server.poll() is None, "the sandbox server exited at start"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
+                return server
+        except OSError:
+            assert time.monotonic() < deadline, "the sandbox server never answered /health"
+            time.sleep(0.2)
+
+
+def test_a_sandbox_server_killed_mid_run_skips_one_update_and_the_run_trains_on_once_it_is_back(
+    tmp_path, monkeypatch
+):
+    from agentrl import metrics as metrics_module
+    from envs.code_sandbox import CodeSandboxEnv
+    from envs.code_sandbox.synthetic import generate
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    servers = [_start_sandbox_server(port)]
+    original_log = metrics_module.MetricsLogger.log
+
+    def kill_after_step_1_and_restart_after_step_2(self, step, values):
+        original_log(self, step, values)
+        if step == 1:
+            servers[-1].kill()  # SIGKILL: step 2's episodes all end as sandbox errors
+            servers[-1].wait()
+        elif step == 2:
+            servers.append(_start_sandbox_server(port))
+
+    monkeypatch.setattr(metrics_module.MetricsLogger, "log", kill_after_step_1_and_restart_after_step_2)
+    url = f"http://127.0.0.1:{port}"
+    trainer, engine = scripted_trainer(
+        tmp_path, "trainer.total_training_steps=3", "trainer.val_before_train=false", "trainer.test_freq=0",
+        "rollout.max_infra_retries=0", "trainer.max_error_steps=5",
+        make_env=lambda: CodeSandboxEnv(sandbox_url=url, max_turns=1),
+        reply="```python\ndef f(a):\n    return a\n```", rows=generate(8, seed=0),
+    )  # fmt: skip
+    try:
+        asyncio.run(trainer.fit())
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait()
+    steps = records(tmp_path, "metrics.jsonl")
+    assert [step["step"] for step in steps] == [1, 2, 3]
+    assert [step.get("rollout/status/sandbox_error", 0.0) for step in steps] == [0.0, 1.0, 0.0]
+    assert [step.get("actor/skipped_update", 0.0) for step in steps] == [0.0, 1.0, 0.0]
+    assert engine.versions_received == [0, 1, 2, 3]
+    assert {t["policy_version"] for t in records(tmp_path, "rollouts/step_3.jsonl")} == {2}
 
 
 def test_infrastructure_failures_are_retried_with_the_same_task_then_excluded(tmp_path):
