@@ -237,18 +237,49 @@ def test_a_sandbox_server_killed_mid_run_skips_one_update_and_the_run_trains_on_
     assert {t["policy_version"] for t in records(tmp_path, "rollouts/step_3.jsonl")} == {2}
 
 
+def test_a_run_shorter_than_max_error_steps_whose_every_episode_failed_stops_naming_the_status(tmp_path):
+    trainer, _ = scripted_trainer(
+        tmp_path, "trainer.total_training_steps=2", "trainer.max_error_steps=3", "trainer.max_error_frac=1.0",
+        "trainer.val_before_train=false", failure="raise",
+    )  # fmt: skip
+    with pytest.raises(
+        RunStopped,
+        match=r"every episode of this run's 2 steps failed, mostly env_error; for example: .*broken env",
+    ):
+        asyncio.run(trainer.fit())
+    assert not (tmp_path / "hf_model").exists()
+
+
+def test_a_step_where_most_groups_have_equal_rewards_says_there_is_no_signal_and_what_to_try(
+    tmp_path, capsys
+):
+    trainer, _ = scripted_trainer(
+        tmp_path, "trainer.total_training_steps=2", "trainer.val_before_train=false", "trainer.test_freq=0",
+        reply="7",
+    )  # fmt: skip
+    asyncio.run(trainer.fit())
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "no learning signal" in line]
+    expected = (
+        "warning: step 1: 100% of groups have equal rewards (reward/mean 1.000), so they give no learning "
+        "signal; the policy already solves it: make the task harder, or raise rollout.n, rollout.temperature "
+        "or actor.optim.lr"
+    )
+    assert warnings == [expected]  # said when the signal goes, not again every step
+
+
 def test_infrastructure_failures_are_retried_with_the_same_task_then_excluded(tmp_path):
     trainer, engine = scripted_trainer(
         tmp_path, "trainer.total_training_steps=1", "trainer.val_before_train=false", "rollout.max_infra_retries=2",
         "trainer.max_error_steps=5", failure="infra",
     )  # fmt: skip
-    asyncio.run(trainer.fit())
+    with pytest.raises(RunStopped, match="every episode of this run's 1 step failed, mostly sandbox_error"):
+        asyncio.run(trainer.fit())
     trajectories = records(tmp_path, "rollouts/step_1.jsonl")
     assert {t["status"] for t in trajectories} == {Status.SANDBOX_ERROR.value}
     assert [t["num_infra_retries"] for t in trajectories] == [2] * 8
     assert (
         engine.num_calls == (8 + 2 * 4) * 3
-    )  # the step's 8 episodes and the final evaluation's 2 x 4, thrice each
+    )  # the step's 8 episodes and the final evaluation's 2 x 4, thrice each, before the run is stopped
     assert records(tmp_path, "metrics.jsonl")[0]["rollout/infra_retries"] == 16.0
 
 
