@@ -59,7 +59,8 @@ def _write_json(path: Path, value: Any) -> None:
     path.write_text(json.dumps(value))
 
 
-def _rng_state() -> dict[str, Any]:
+def rng_state() -> dict[str, Any]:
+    """This process's RNG states (python, numpy, torch, cuda), as a checkpoint stores them."""
     state: dict[str, Any] = {
         "python": random.getstate(),
         "torch": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode(),
@@ -123,9 +124,18 @@ def _publish(staging: Path, final: Path, keep: int) -> None:
 
 
 def save_checkpoint(
-    run_dir: str | Path, step: int, worker: PolicyWorker, trainer_state: dict[str, Any], keep: int = 3
+    run_dir: str | Path,
+    step: int,
+    worker: PolicyWorker,
+    trainer_state: dict[str, Any],
+    keep: int = 3,
+    rng: dict[str, Any] | None = None,
 ) -> Path:
-    """Atomically save model, optimizer, scheduler, RNG and `trainer_state`; keep the newest `keep`."""
+    """Atomically save model, optimizer, scheduler, RNG and `trainer_state`; keep the newest `keep`.
+
+    `rng` is an earlier `rng_state()` to store instead of the current one (a save after the RNG
+    moved on, e.g. when a run is interrupted during the next step's rollout).
+    """
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     try:
@@ -139,7 +149,7 @@ def save_checkpoint(
         staging.mkdir(parents=True)
     barrier()
     dcp.save(_distributed_state(worker), checkpoint_id=staging / "state")
-    _write_json(staging / f"rng_rank{worker.context.rank}.json", _rng_state())
+    _write_json(staging / f"rng_rank{worker.context.rank}.json", rng or rng_state())
     if worker.context.is_main:
         (staging / "trainer_state.json").write_text(trainer_json)
         scheduler = worker.scheduler.state_dict() if worker.scheduler is not None else None

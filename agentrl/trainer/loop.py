@@ -9,6 +9,7 @@ checkpoint covers has its line, wherever a kill lands.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,7 +37,7 @@ from agentrl.trainer.async_rollout import (
     too_stale_groups,
 )
 from agentrl.trainer.batch import build_train_batch
-from agentrl.trainer.checkpoint import load_latest_checkpoint, save_checkpoint
+from agentrl.trainer.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint
 from agentrl.trainer.data_order import StepSampler
 from agentrl.trainer.distributed import all_gather_lists
 from agentrl.trainer.health import RunHealth
@@ -76,6 +77,14 @@ class StepTimer:
         self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
 
 
+@dataclass(frozen=True)
+class UnsavedStep:
+    """A finished step (metrics line written) that no checkpoint holds yet."""
+
+    step: int
+    rng: dict[str, Any]  # the RNG states right after it, which a checkpoint of it must store
+
+
 class Trainer:
     """Runs `config.trainer.total_training_steps` GRPO-family steps, resumable at any step."""
 
@@ -84,6 +93,8 @@ class Trainer:
         self.health = RunHealth(config.trainer.max_error_frac, config.trainer.max_error_steps)
         self.is_main = parts.actor.context.is_main  # the one rank that writes metrics and rollouts
         self.prefetcher: RolloutPrefetcher | None = None  # rollout.mode=async only
+        self.unsaved: UnsavedStep | None = None  # the last finished step, when no checkpoint holds it
+        self.update_started = 0  # the last step whose update began
 
     async def _rollout(
         self,
@@ -213,6 +224,7 @@ class Trainer:
     ) -> None:
         """Old/ref logprobs, rollout correction and the optimizer update on the trainable episodes."""
         parts, config = self.parts, self.config
+        self.update_started = step  # from here on the weights are no longer those of step - 1
         if self.prefetcher is None:
             assert all(oldest_version(t) == step - 1 for t in trainable), "sync rollout sampled stale weights"
         batch = build_train_batch(trainable, advantages, parts.pad_token_id)
@@ -316,18 +328,39 @@ class Trainer:
                 )
                 logger.log(step, metrics)
                 self.health.check(step, metrics, trajectories)
+                self.unsaved = UnsavedStep(step, rng_state())
                 if self._due(step, trainer.save_freq):
-                    save_checkpoint(
-                        parts.run_dir, step, parts.actor, {"step": step}, keep=trainer.max_checkpoints_to_keep
-                    )
+                    self._save(self.unsaved)
             self.health.finish()
             parts.actor.save_hf(parts.run_dir / "hf_model")
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            self._save_on_interrupt()
+            raise
         finally:
             if self.prefetcher is not None:
                 await self.prefetcher.close()
             logger.close()
             await parts.engine.close()  # stops an engine server the run launched
         return final_metrics
+
+    def _save(self, finished: UnsavedStep) -> None:
+        save_checkpoint(
+            self.parts.run_dir, finished.step, self.parts.actor, {"step": finished.step},
+            keep=self.config.trainer.max_checkpoints_to_keep, rng=finished.rng,
+        )  # fmt: skip
+        self.unsaved = None
+
+    def _save_on_interrupt(self) -> None:
+        """Ctrl-C: checkpoint the last finished step, unless the next step's update has begun.
+
+        One process only: under torchrun the ranks are interrupted at different points, and a
+        save is collective, so the run keeps its periodic checkpoints.
+        """
+        finished = self.unsaved
+        if finished is None or self.update_started > finished.step or self.parts.actor.context.world_size > 1:
+            return
+        print(f"interrupted: saving the checkpoint of step {finished.step}", file=sys.stderr, flush=True)
+        self._save(finished)
 
     @staticmethod
     def _drop_zero_spread_groups(trajectories: list[Trajectory]) -> list[Trajectory]:
@@ -336,11 +369,10 @@ class Trainer:
 
 
 def _group_tensors(trajectories: list[Trajectory]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rewards [N] (float64), group ids [N] and validity [N] (False for error statuses and for
-    episodes no reward function could score)."""
+    """Rewards [N] (float64), group ids [N] and validity [N] (False for error statuses)."""
     rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float64)
     group_ids = torch.tensor([t.group_id for t in trajectories])
-    valid = torch.tensor([not t.status.is_error and not t.reward_missing for t in trajectories])
+    valid = torch.tensor([not t.status.is_error for t in trajectories])
     return rewards, group_ids, valid
 
 

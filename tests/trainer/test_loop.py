@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from agentrl.rewards.apply import RewardFunctions
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.rollout.trajectory import Status
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
+from agentrl.trainer.checkpoint import checkpoint_steps
 from agentrl.trainer.components import build_trainer
 from agentrl.trainer.data_order import StepSampler
 from agentrl.trainer.health import RunStopped
@@ -348,6 +350,40 @@ def test_a_crash_between_a_steps_work_and_its_records_never_loses_its_metrics_li
     resumed, _ = scripted_trainer(tmp_path, *overrides)
     asyncio.run(resumed.fit())
     assert [record["step"] for record in records(tmp_path, "metrics.jsonl")] == [1, 2, 3]
+
+
+class CtrlCAtCall(VersionedScriptedEngine):
+    """Sends this process a real SIGINT (as Ctrl-C does) at its `at_call`-th generate call."""
+
+    def __init__(self, tokenizer, at_call: int) -> None:
+        super().__init__(tokenizer)
+        self.at_call = at_call
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        if self.num_calls == self.at_call:
+            self.at_call = -1  # once: a second Ctrl-C would skip the run's clean-up
+            signal.raise_signal(signal.SIGINT)
+            await asyncio.sleep(0)  # the loop's handler cancels the run here
+        return await super().generate(prompt_ids, sampling)
+
+
+def test_ctrl_c_during_a_rollout_saves_the_last_finished_step_and_resuming_trains_what_an_unbroken_run_does(
+    tmp_path,
+):
+    overrides = ("trainer.total_training_steps=3", "trainer.save_freq=0", "trainer.val_before_train=false")
+    unbroken, _ = scripted_trainer(tmp_path / "unbroken", *overrides)
+    asyncio.run(unbroken.fit())
+    interrupted, engine = scripted_trainer(tmp_path / "run", *overrides)
+    interrupted.parts.engine = CtrlCAtCall(engine.tokenizer, at_call=2 * 8 + 3)  # during step 3's rollout
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(interrupted.fit())
+    assert checkpoint_steps(tmp_path / "run") == [2]  # save_freq=0 would have saved only at the end
+    resumed, _ = scripted_trainer(tmp_path / "run", *overrides)
+    asyncio.run(resumed.fit())
+    assert [record["step"] for record in records(tmp_path / "run", "metrics.jsonl")] == [1, 2, 3]
+    expected = unbroken.parts.actor.full_state_dict()
+    for name, tensor in resumed.parts.actor.full_state_dict().items():
+        assert torch.equal(tensor, expected[name]), name
 
 
 def test_zero_steps_without_evaluation_finishes_and_saves_the_policy(tmp_path):
