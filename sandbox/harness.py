@@ -15,6 +15,19 @@ or fd access for same-uid code; the seccomp filter denies ptrace and process_vm_
 the program holds none of its file descriptors but the two call pipes. When the test is over,
 every process of the program is killed, and only then is "\\n<marker> <report JSON>\\n" printed,
 with a per-run marker read from stdin that the program never sees.
+
+What an assert test sees of the program: the test code runs in a namespace of its own, never the
+program's module globals, holding `__name__`, the judge's `__builtins__` and one proxy per name
+the test code reads as a global (per `symtable`, in any of its scopes) and binds nowhere at module
+level itself, when the program defines a callable of that name. So HumanEval's `check(entry_point)`
+gets the entry point, an MBPP assert gets the functions it calls, and HumanEval/32's `poly` or 38's
+`encode_cyclic` (helpers of the prompt that the test calls) get theirs. Never exposed: a name of
+`builtins` (a program's `abs`, `range`, `set` or `len` is not the test's), a dunder name, a name
+the test binds itself (its `check`, its imports such as `math`; `candidate`, a parameter, is never
+a global), and anything but a function: a program's constants and modules never become the
+test's. A task whose function is named like a builtin cannot be judged by an assert test (the
+builtin wins); use a call test, which calls the request's entry point by name. The program
+server's listing is the program's claim, not a source of names: only the test code decides.
 """
 
 import builtins
@@ -24,6 +37,7 @@ import importlib.util
 import json
 import os
 import signal
+import symtable
 import sys
 import types
 
@@ -32,6 +46,7 @@ PR_SET_DUMPABLE = 4
 WORK_DIR = os.getcwd()  # the jail's /work (the session dir on the unsafe-local backend)
 STATUS_FD_ENV = "SANDBOX_STATUS_FD"  # where a judge running as init reports the program's wait status
 MODULE_NAMES = {"call": "solution", "assert": "__main__"}
+BUILTIN_NAMES = frozenset(vars(builtins))  # the judge's own, read before any test code runs
 
 
 class ProgramEnded(BaseException):
@@ -171,13 +186,33 @@ class Program:
                 return
 
 
-def _namespace(program: Program, names: dict) -> dict:
+def names_from_the_program(test_code: str) -> set[str]:
+    """The names the test code reads as globals but never binds at module level: the program's to give.
+
+    Builtins and dunder names are never among them, whatever the program defines.
+    """
+    top = symtable.symtable(test_code, "test.py", "exec")
+    read, bound, tables = set(), set(), [top]
+    while tables:
+        table = tables.pop()
+        tables.extend(table.get_children())
+        for symbol in table.get_symbols():
+            if table is not top and not symbol.is_global():
+                continue  # a local, a parameter (`candidate`) or a closure's variable
+            if symbol.is_referenced():
+                read.add(symbol.get_name())
+            # Bound here: `def`, `class`, `import`, `=`, `for`, `with ... as`, `global x; x = ...`.
+            if symbol.is_assigned() or symbol.is_imported():
+                bound.add(symbol.get_name())
+    return {name for name in read - bound - BUILTIN_NAMES if not name.startswith("__")}
+
+
+def _namespace(program: Program, listed: dict, wanted: set[str]) -> dict:
+    """The test's globals: a proxy for each name it wants that the program listed as a function."""
     namespace = {"__name__": "__main__", "__builtins__": builtins}
-    for name, entry in names.items():
-        if entry == "function":
+    for name in sorted(wanted):
+        if listed.get(name) == "function":
             namespace[name] = program.function(name)
-        elif isinstance(entry, dict) and "value" in entry:
-            namespace[name] = program.codec.decode(entry["value"])
     return namespace
 
 
@@ -187,7 +222,9 @@ def _run_test(mode: str, program: Program, test: dict) -> dict:
         program._value_of(ready)  # raises what the program's start-up raised
     names = ready["ready"] if isinstance(ready["ready"], dict) else {}
     if mode == "assert":
-        exec(compile(test["code"], "test.py", "exec"), _namespace(program, names))  # noqa: S102 - trusted test code
+        code = compile(test["code"], "test.py", "exec")
+        namespace = _namespace(program, names, names_from_the_program(test["code"]))
+        exec(code, namespace)  # noqa: S102 - trusted test code
         return {"status": "ok"}
     entry_point = test["entry_point"]
     if names.get(entry_point) != "function":

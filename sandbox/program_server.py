@@ -6,8 +6,12 @@ then answers the judge's calls of its functions, one JSON line per call, so noth
 data (sandbox/plain_data.py) ever reaches the judge. Everything here can be replaced by the
 program once it runs; the judge trusts none of it and checks every answer.
 
-Answers: {"ready": {name: "function" | {"value": data}}} once the program has run, then per call
-{"value": data}, {"raised": name, "message": text}, {"not_plain": text} or {"exited": text}.
+Answers: {"ready": {name: "function"}} once the program has run, naming its top-level callables,
+then per call {"value": data}, {"raised": name, "message": text}, {"not_plain": text} or
+{"exited": text}. The listing is only the program's claim: the judge calls a listed function only
+when the test code reads its name as a global and does not define it itself, never for a name of
+`builtins` or a dunder name, and it never takes a program's constants or modules (see the rule in
+sandbox/harness.py).
 """
 
 import contextlib
@@ -53,18 +57,13 @@ def _failure(error: BaseException) -> dict:
     return {"raised": type(error).__name__, "message": str(error)[:MESSAGE_LIMIT]}
 
 
-def _names(namespace: dict, codec: types.ModuleType) -> dict:
-    """The program's top-level functions, and its top-level values that are plain data."""
-    names = {}
-    for name, value in list(namespace.items()):
-        if name.startswith("__"):
-            continue
-        if callable(value):
-            names[name] = "function"
-            continue
-        with contextlib.suppress(codec.NotPlainData):
-            names[name] = {"value": codec.encode(value)}
-    return names
+def _names(namespace: dict) -> dict:
+    """The program's top-level callables (functions, classes, ...), by name."""
+    return {
+        name: "function"
+        for name, value in list(namespace.items())
+        if not name.startswith("__") and callable(value)
+    }
 
 
 def _answer(call: dict, namespace: dict, codec: types.ModuleType) -> dict:
@@ -95,7 +94,7 @@ def main() -> None:
     except BaseException as error:  # noqa: BLE001
         send(_failure(error))
         return
-    send({"ready": _names(namespace, codec)})
+    send({"ready": _names(namespace)})
     while line := requests.readline(codec.MAX_TEXT_CHARS + 1):
         answer = _answer(codec.loads_line(line), namespace, codec)
         send(answer)

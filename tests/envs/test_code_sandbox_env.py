@@ -12,7 +12,7 @@ from agentrl.testing import check_env_contract
 from envs.code_sandbox import CodeSandboxEnv, runners
 from envs.code_sandbox.synthetic import generate
 from envs.code_sandbox.task import CodeTask
-from sandbox.types import CallTest, RunLimits
+from sandbox.types import AssertTest, CallTest, RunLimits
 
 # Async tests share one loop, so they share one warm sandbox runner as training episodes do.
 module_loop = pytest.mark.asyncio(loop_scope="module")
@@ -67,6 +67,28 @@ async def test_a_right_function_ends_the_episode_with_the_hidden_tests_reward(ba
             "num_turns": 1,
         },
     )
+    await env.aclose()
+
+
+ROOT = CodeTask(
+    entry_point="root",
+    hidden_tests=[
+        AssertTest(code="def check(candidate):\n    assert abs(candidate(4.0) - 2.0) < 1e-9\n\ncheck(root)\n")
+    ],
+    limits=RunLimits(time_s=10.0, memory_mb=256),
+)
+
+
+@module_loop
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+async def test_wrong_code_that_shadows_a_builtin_the_assert_test_uses_gets_no_reward(backend):
+    env = CodeSandboxEnv(backend=backend, max_turns=1)
+    question = "Write a Python function root(x) that returns the square root of x."
+    await env.areset(options=row(ROOT, question))
+    wrong = "```python\ndef root(x):\n    return 0.0\n\ndef abs(x):\n    return 0\n```"
+    assert (await env.astep(wrong))[1:3] == (0.0, True)
+    await env.areset(options=row(ROOT, question))
+    assert (await env.astep("```python\ndef root(x):\n    return x ** 0.5\n```"))[1:3] == (1.0, True)
     await env.aclose()
 
 

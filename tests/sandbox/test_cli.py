@@ -81,6 +81,40 @@ def test_eval_prints_pass_at_k_and_writes_per_sample_results(
     ]
 
 
+def test_eval_gives_no_credit_to_wrong_samples_that_shadow_the_builtins_the_test_uses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    problem = {
+        "task_id": "Tiny/root",
+        "prompt": "def root(x: float) -> float:\n",
+        "entry_point": "root",
+        "test": "def check(candidate):\n    for x in range(1, 4):\n        assert abs(candidate(x * x) - x) < 1e-9\n",
+    }
+    completions = [
+        "    return 0.0\n\n\ndef abs(x):\n    return 0\n",
+        "    return x\n\n\ndef range(*args):\n    return []\n",
+    ]
+    (tmp_path / "problems.jsonl").write_text(json.dumps(problem) + "\n")
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(
+        "".join(json.dumps({"task_id": "Tiny/root", "completion": c}) + "\n" for c in completions)
+    )
+    argv = [
+        "--problems",
+        str(tmp_path / "problems.jsonl"),
+        "--samples",
+        str(samples),
+        "--k",
+        "1",
+        "--backend",
+        "bwrap",
+    ]
+    assert sandbox_eval.main(argv) == 0
+    assert json.loads(capsys.readouterr().out) == {"pass@1": 0.0}
+    rows = [json.loads(line) for line in (tmp_path / "samples.jsonl_results.jsonl").read_text().splitlines()]
+    assert [(row["passed"], row["result"]) for row in rows] == [(False, "WA"), (False, "WA")]
+
+
 @pytest.mark.parametrize(
     ("samples_text", "error"),
     [

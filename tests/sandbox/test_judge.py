@@ -1,14 +1,17 @@
-"""The judge's verdict mapping and harness-report checks, on hand-made process results."""
+"""The judge's verdict mapping and harness-report checks, on hand-made process results; the names an assert test gets."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import signal
+from pathlib import Path
 
 import pytest
 
 from sandbox.backends.base import Limits, ProcessResult, SandboxFailure
 from sandbox.executor import Executor
+from sandbox.harness import names_from_the_program
 from sandbox.judge import _judge_harness_run, overall_verdict, process_verdict, validate_request
 from sandbox.languages import LANGUAGES
 from sandbox.types import AssertTest, CallTest, Language, RunRequest, StdioTest, TestResult, Verdict
@@ -107,6 +110,51 @@ def test_output_without_the_runs_marker_never_passes() -> None:
 def test_harness_reports_map_to_verdicts(report: dict, verdict: Verdict, message: str) -> None:
     result = _harness_run(_report(**report), AssertTest(code="assert True"))
     assert (result.verdict, result.message) == (verdict, message)
+
+
+@pytest.mark.parametrize(
+    ("test_code", "names"),
+    [
+        # HumanEval: the entry point; `check` and `candidate` are the test's own, builtins are never the program's.
+        ("def check(candidate):\n    assert abs(candidate(1)) == len(range(2))\n\ncheck(f)\n", {"f"}),
+        # The test's imports and assignments are its own; a helper it calls but never defines is the program's.
+        (
+            (
+                "import math\nfrom x import y as z\nMETADATA = {}\n\ndef check(candidate):\n    import random\n"
+                "    assert math.isclose(candidate(z), poly(METADATA))\n\ncheck(find_zero)\n"
+            ),
+            {"find_zero", "poly"},
+        ),
+        # MBPP: every function the asserts call, in comprehensions too.
+        ("assert set(g(1)) == {1} and [h(i) for i in range(2)]\n", {"g", "h"}),
+        # Class bodies read globals; `global G; G = ...` binds G; dunders never come from the program.
+        (
+            (
+                "class T:\n    y = helper()\n\ndef f():\n    global G\n    G = 1\n    return G\n\n"
+                "if __name__ == '__main__':\n    f()\n"
+            ),
+            {"helper"},
+        ),
+    ],
+    ids=["humaneval", "imports_and_helpers", "mbpp", "scopes"],
+)
+def test_the_test_code_gets_only_the_functions_it_reads_and_does_not_define(
+    test_code: str, names: set
+) -> None:
+    assert names_from_the_program(test_code) == names
+
+
+def test_each_humaneval_test_gets_its_entry_point_and_only_the_prompt_helpers_it_calls() -> None:
+    with gzip.open(Path(__file__).parent / "data" / "HumanEval.jsonl.gz", "rt", encoding="utf-8") as data:
+        problems = [json.loads(line) for line in data]
+    helpers = {"HumanEval/32": {"poly"}, "HumanEval/38": {"encode_cyclic"}, "HumanEval/50": {"encode_shift"}}
+    unexpected = [
+        problem["task_id"]
+        for problem in problems
+        if names_from_the_program(f"{problem['test']}\n\ncheck({problem['entry_point']})\n")
+        != {problem["entry_point"], *helpers.get(problem["task_id"], ())}
+    ]
+    assert (len(problems), unexpected) == (164, [])
 
 
 class _BrokenBackend:

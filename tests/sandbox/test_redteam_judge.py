@@ -1,7 +1,8 @@
 """Hostile programs against the judge of call and assert tests, and the seccomp filter, on every real backend.
 
 The dataset's test code runs in a judge process apart from the program, which the program can
-neither signal nor ptrace, and only plain data crosses between them (issue classes 1 and 5).
+neither signal nor ptrace, and only plain data crosses between them (issue classes 1 and 5); the
+test code gets only the program's functions it calls, never a builtin or a name of its own.
 The host is checked intact after every case by test_redteam's `sentinel` fixture.
 """
 
@@ -113,13 +114,10 @@ async def test_a_value_that_equals_everything_does_not_pass_an_assert(
 
 
 async def test_plain_values_keep_their_types_across_the_boundary(executor: Executor) -> None:
-    code = (
-        "def f():\n    return (1, 2), {1: 'a'}, {3}, frozenset({4}), b'x', 2j, [None, True, 1.5]\nLIMIT = 7\n"
-    )
+    code = "def f():\n    return (1, 2), {1: 'a'}, {3}, frozenset({4}), b'x', 2j, [None, True, 1.5]\n"
     test = (
         "assert f() == ((1, 2), {1: 'a'}, {3}, frozenset({4}), b'x', 2j, [None, True, 1.5])\n"
         "assert type(f()[0]) is tuple and f()[0] != [1, 2]\n"
-        "assert LIMIT == 7\n"
     )
     response = await executor.run(_assert_request(code, test))
     assert (response.verdict, response.num_passed) == (Verdict.AC, 1)
@@ -138,6 +136,96 @@ async def test_a_call_test_still_compares_on_the_host(executor: Executor) -> Non
     request = RunRequest(language=Language.PYTHON, code=code, entry_point="f", tests=tests, limits=LIMITS)
     response = await executor.run(request)
     assert [test.verdict for test in response.tests] == [Verdict.AC, Verdict.WA]
+
+
+# --- the test sees the program's functions it names, never a builtin or a name of its own ------
+
+# Each task: (test code, a right program, a wrong program that shadows what the test relies on).
+# HumanEval style (`check(candidate)` then `check(entry_point)`) and MBPP style (`assert f(...)`).
+ROOT_TEST = "def check(candidate):\n    assert abs(candidate(2.0) - 1.41421) < 1e-4\n\ncheck(root)\n"
+ROOT = "def root(x):\n    return x ** 0.5\n"
+WRONG_ROOT = "def root(x):\n    return 0.0\n"
+MATH_TEST = "import math\n\ndef check(candidate):\n    assert math.isclose(candidate(2.0), 1.41421, rel_tol=1e-4)\n\ncheck(root)\n"
+FORGED_NAME = (  # the program rewrites the listing its server sends: `__name__` is not main, `check` never runs
+    "import sys\n_server = sys._getframe(1).f_globals\n"
+    "_server['_names'] = lambda namespace: {'root': 'function', '__name__': {'value': 'x'}, '__builtins__': 'function'}\n"
+)
+SHADOWING = {
+    "abs": (ROOT_TEST, ROOT, WRONG_ROOT + "def abs(x):\n    return 0\n"),
+    "range": (
+        "def check(candidate):\n    for n in range(1, 5):\n        assert candidate(n) == n * n\n\ncheck(square)\n",
+        "def square(n):\n    return n * n\n",
+        "def square(n):\n    return n\ndef range(*args):\n    return []\n",
+    ),
+    "set": (
+        "assert set(unique([3, 1, 3])) == set([1, 3])\n",
+        "def unique(items):\n    return sorted(set(items))\n",
+        "def unique(items):\n    return []\ndef set(*args):\n    return 1\n",
+    ),
+    "len": (
+        "assert len(pad('ab', 5)) == 5\n",
+        "def pad(text, width):\n    return text.ljust(width)\n",
+        "def pad(text, width):\n    return text\ndef len(value):\n    return 5\n",
+    ),
+    "sorted": (
+        "assert sorted(evens([4, 1, 2, 3])) == [2, 4]\n",
+        "def evens(items):\n    return [item for item in items if item % 2 == 0]\n",
+        "def evens(items):\n    return items\ndef sorted(items):\n    return [2, 4]\n",
+    ),
+    "isinstance": (
+        "def check(candidate):\n    assert isinstance(candidate(3), float)\n\ncheck(half)\n",
+        "def half(n):\n    return n / 2\n",
+        "def half(n):\n    return n // 2\ndef isinstance(*args):\n    return True\n",
+    ),
+    "round": (
+        "assert round(area(2), 2) == 12.57\n",
+        "import math\ndef area(r):\n    return math.pi * r * r\n",
+        "def area(r):\n    return 0\ndef round(*args):\n    return 12.57\n",
+    ),
+    "math_class": (
+        MATH_TEST,
+        ROOT,
+        WRONG_ROOT
+        + "class math:\n    @staticmethod\n    def isclose(*args, **kwargs):\n        return True\n",
+    ),
+    "math_module": (
+        "import math\nassert math.isclose(root(2.0), 1.41421, rel_tol=1e-4)\n",
+        ROOT,
+        WRONG_ROOT + "import types\nmath = types.SimpleNamespace(isclose=lambda *args, **kwargs: True)\n",
+    ),
+    "candidate": (ROOT_TEST, ROOT, WRONG_ROOT + "def candidate(x):\n    return 1.41421\n"),
+    "check": (ROOT_TEST, ROOT, WRONG_ROOT + "def check(candidate):\n    pass\n"),
+    "forged_dunder_listing": (
+        "def check(candidate):\n    assert candidate(2.0) == 2.0 ** 0.5\n\nif __name__ == '__main__':\n    check(root)\n",
+        ROOT,
+        WRONG_ROOT + FORGED_NAME,
+    ),
+}
+
+
+@pytest.mark.parametrize("task", SHADOWING.values(), ids=SHADOWING.keys())
+async def test_a_wrong_program_that_shadows_what_the_test_uses_fails_and_the_right_one_passes(
+    executor: Executor, task: tuple[str, str, str]
+) -> None:
+    test, right, wrong = task
+    response = await executor.run(_assert_request(right, test))
+    assert response.verdict == Verdict.AC, response.tests[0].message
+    response = await executor.run(_assert_request(wrong, test))
+    assert (response.verdict, response.tests[0].message) == (Verdict.WA, "assertion failed")
+
+
+async def test_a_programs_constants_modules_and_unnamed_functions_never_become_test_globals(
+    executor: Executor,
+) -> None:
+    code = "import math\nLIMIT = 7\ndef helper():\n    return 1\ndef f():\n    return LIMIT + helper()\n"
+    test = (
+        "assert f() == 8\n"
+        "for name in ('LIMIT', 'math', 'helper'):\n"
+        "    assert name not in globals(), name\n"
+        "try:\n    LIMIT\nexcept NameError:\n    pass\nelse:\n    raise AssertionError('LIMIT is a test global')\n"
+    )
+    response = await executor.run(_assert_request(code, test))
+    assert (response.verdict, response.num_passed) == (Verdict.AC, 1), response.tests[0].message
 
 
 # --- the seccomp filter ---------------------------------------------------------------------
