@@ -1,7 +1,8 @@
 """`python -m agentrl.check_template MODEL_PATH [--tools]`: pre-flight a tokenizer's chat template.
 
 Loads only the tokenizer and the generation config (no weights), prints a short report and
-exits 1 on any violation, 2 when the model path has no usable tokenizer or template.
+exits 1 on any violation, 2 when the model path has no usable tokenizer or template. Tool calls
+are checked whenever the template renders tools, and with `--tools` even when it does not.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 
 from transformers import GenerationConfig
 
-from agentrl.check_template.checks import CheckedEpisode, TemplateReport, check_template
+from agentrl.check_template.checks import CheckedEpisode, TemplateReport, check_template, renders_tools
 from agentrl.check_template.conversations import conversations
 from agentrl.model_path import load_tokenizer, resolve_model_path
 from agentrl.rollout.chat_template import ChatTemplate
@@ -55,9 +56,10 @@ def format_report(template: ChatTemplate, report: TemplateReport) -> str:
             f"  {episode.conversation}: {episode.num_turns} turns, {len(episode.token_ids)} tokens, "
             f"{sum(episode.loss_mask)} with loss mask 1"
         )
-    # The shortest multi-turn episode shows every boundary without flooding the terminal.
-    shown = min(report.episodes, key=lambda e: (e.num_turns < 2, len(e.token_ids)))
-    lines += [f"loss mask of {shown.conversation} (mask 1 in [[ ]]):", mask_view(template, shown)]
+    if report.episodes:  # none were replayed when the template does not render deterministically
+        # The shortest multi-turn episode shows every boundary without flooding the terminal.
+        shown = min(report.episodes, key=lambda e: (e.num_turns < 2, len(e.token_ids)))
+        lines += [f"loss mask of {shown.conversation} (mask 1 in [[ ]]):", mask_view(template, shown)]
     for violation in report.violations:
         where = "".join(
             [
@@ -75,7 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "model_path", help="a Hugging Face model dir or id with a chat template; 'tiny' for the default"
     )
-    parser.add_argument("--tools", action="store_true", help="also check tool calls and tool results")
+    parser.add_argument(
+        "--tools",
+        action="store_true",
+        help="check tool calls and tool results even if the template does not render tools "
+        "(they are checked whenever it does)",
+    )
     args = parser.parse_args(argv)
     try:
         model_path = resolve_model_path(args.model_path, setting="model_path")
@@ -87,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    report = check_template(template, stop_token_ids(model_path, tokenizer), conversations(args.tools))
+    with_tools = args.tools or renders_tools(template)
+    report = check_template(template, stop_token_ids(model_path, tokenizer), conversations(with_tools))
     print(format_report(template, report))
     return 0 if report.ok else 1
 

@@ -7,6 +7,9 @@ loss mask 1) and the observation delta (loss mask 0). It then compares them, tok
 with a full re-render of the conversation so far. The first difference names the turn and the
 token. It also checks the generation prompt, that an assistant turn ends on a token the engine
 stops on, that the template renders tools, and that tool calls round-trip through the parser.
+First of all it renders every conversation twice: a template that reads the clock or draws a
+random id renders differently each time, and every other check would blame that on something
+else, so it is reported alone.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from agentrl.check_template.conversations import Conversation, Message
+import jinja2
+
+from agentrl.check_template.conversations import CALCULATOR, Conversation, Message
 from agentrl.check_template.tool_calls import calls_of_message, parse_tool_calls
 from agentrl.rollout.chat_template import ChatTemplate
 
@@ -25,7 +30,7 @@ SENTINEL = "Sentinel reply 8151."  # assistant content no template rewrites, to 
 class Violation:
     """One broken property, located as precisely as the check can."""
 
-    check: str  # generation_prompt | end_of_turn | tools | prefix | tool_call
+    check: str  # determinism | generation_prompt | end_of_turn | tools | prefix | tool_call
     conversation: str
     turn: int | None  # 1-based assistant turn, None for whole-template properties
     token_index: int | None  # position in the episode's token ids (prompt included)
@@ -104,11 +109,67 @@ def template_facts(
     return facts, violations
 
 
+def renders_tools(template: ChatTemplate) -> bool:
+    """Whether the template puts tool schemas into the prompt: then tool calls must survive it too."""
+    opening = [{"role": "user", "content": "Hi."}]
+    try:
+        with_tools = template.render(opening, [CALCULATOR], generation_prompt=True)
+    except jinja2.TemplateError:  # the template refuses tools (raise_exception): it has none to check
+        return False
+    return with_tools != template.render(opening, None, generation_prompt=True)
+
+
+def determinism_violation(template: ChatTemplate, conversations: list[Conversation]) -> Violation | None:
+    """Render each conversation (and the probe's prompt) twice; any difference is a violation."""
+    renders = [("(probe)", [{"role": "user", "content": "Hi."}], None, True)]
+    renders += [(c.name, c.messages, c.tools, False) for c in conversations]
+    for name, messages, tools, generation_prompt in renders:
+        first = template.render(messages, tools, generation_prompt)
+        second = template.render(messages, tools, generation_prompt)
+        if first != second:
+            ours, theirs = _differing_text(first, second)
+            return Violation(
+                "determinism",
+                name,
+                None,
+                None,
+                f"rendering the same messages twice gave different text, {ours!r} the first time and "
+                f"{theirs!r} the second: the template reads something that changes between renders, "
+                "such as the clock or a random id, so no re-render reproduces the tokens the policy "
+                "saw. Render it from a fixed value (a template variable) or leave it out; the other "
+                "checks were not run, since every comparison of two renders would fail on it",
+            )
+    return None
+
+
+def _differing_text(first: str, second: str) -> tuple[str, str]:
+    """The lines where two renders differ, cut to 60 characters around the difference."""
+    start = next(i for i, (a, b) in enumerate(zip(first + "\0", second + "\1")) if a != b)
+    suffix = 0
+    while suffix < min(len(first), len(second)) - start and first[-1 - suffix] == second[-1 - suffix]:
+        suffix += 1
+
+    def around(text: str) -> str:
+        end = len(text) - suffix
+        line_start = max(text.rfind("\n", 0, start) + 1, start - 60)
+        line_end = text.find("\n", end)
+        line_end = min(len(text) if line_end == -1 else line_end, end + 60)
+        return text[line_start:line_end]
+
+    return around(first), around(second)
+
+
 def check_template(
     template: ChatTemplate, stop_token_ids: Iterable[int], conversations: list[Conversation]
 ) -> TemplateReport:
-    """Every check over every conversation; each conversation stops at its first violation."""
+    """Every check over every conversation; each conversation stops at its first violation.
+
+    A template that renders the same messages differently twice gets only that violation.
+    """
     facts, violations = template_facts(template, stop_token_ids)
+    determinism = determinism_violation(template, conversations)
+    if determinism is not None:
+        return TemplateReport(facts, violations=[determinism])
     report = TemplateReport(facts, violations=violations)
     for conversation in conversations:
         episode, violation = _replay(template, facts, conversation)

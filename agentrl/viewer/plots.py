@@ -1,7 +1,8 @@
 """Run viewer: metric curves as inline SVG drawn here, so the page needs no plotting library.
 
 A plot is a few named series of (step, value) points on shared axes, with a tick label at
-each end of both axes, a legend, and a tooltip (`<title>`) on every point.
+each end of both axes, a legend in the series' colours, and a tooltip (`<title>`) on every point.
+A plot is drawn only for metrics the run logged.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ from html import escape
 from typing import Any
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-WIDTH, HEIGHT, MARGIN_LEFT, MARGIN_BOTTOM, MARGIN_TOP, LEGEND_LINE = 420, 220, 56, 28, 12, 14
+WIDTH, HEIGHT, MARGIN_RIGHT, MARGIN_BOTTOM, MARGIN_TOP, LEGEND_LINE = 420, 220, 10, 28, 12, 14
+# Tick labels are 11px: about 7px per character at most, so the left margin fits the longest one.
+TICK_CHAR_WIDTH, TICK_GAP, MIN_MARGIN_LEFT = 7, 8, 56
+
+# Metrics the trainer writes as 0 while the loss term they measure is switched off in the run's
+# config (metric -> config path of the switch): such a run never measured them.
+SWITCHED_OFF_BY = {"actor/kl_loss": ("actor", "use_kl_loss")}
 
 
 @dataclass(frozen=True)
@@ -33,17 +40,27 @@ PLOTS = (
     PlotSpec("statuses (fraction of trajectories)", prefix="rollout/status/", skip_all_zero=True),
     PlotSpec("timings (s)", prefix="timing_s/"),
     PlotSpec("losses", ("actor/pg_loss", "actor/kl_loss")),
-    PlotSpec("entropy and grad norm", ("actor/entropy", "actor/grad_norm")),
+    PlotSpec("entropy", ("actor/entropy",)),
+    PlotSpec("gradient norm", ("actor/grad_norm",)),
 )
 
 
-def series_for(spec: PlotSpec, metrics: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
-    """name -> [(step, value)] for the keys of `spec` that the run logged."""
+def _switched_off(key: str, config: dict[str, Any]) -> bool:
+    section, setting = SWITCHED_OFF_BY.get(key, (None, None))
+    return section is not None and (config.get(section) or {}).get(setting) is False
+
+
+def series_for(
+    spec: PlotSpec, metrics: list[dict[str, Any]], config: dict[str, Any] | None = None
+) -> dict[str, list[tuple[float, float]]]:
+    """name -> [(step, value)] for the keys of `spec` that the run logged (and measured)."""
     keys = list(spec.keys)
     if spec.prefix:
         keys += sorted({key for record in metrics for key in record if key.startswith(spec.prefix)})
     series = {}
     for key in keys:
+        if _switched_off(key, config or {}):
+            continue
         points = [
             (float(record["step"]), float(record[key]))
             for record in metrics
@@ -67,10 +84,13 @@ def line_plot(title: str, series: dict[str, list[tuple[float, float]]]) -> str:
     y_low, y_high = min(p[1] for p in points), max(p[1] for p in points)
     if y_low == y_high:  # a flat line still needs a visible range
         y_low, y_high = y_low - 0.5, y_high + 0.5
-    plot_width, plot_height = WIDTH - MARGIN_LEFT - 10, HEIGHT - MARGIN_BOTTOM - MARGIN_TOP
+    y_labels = (_fmt(y_high), _fmt(y_low))
+    margin_left = max(MIN_MARGIN_LEFT, TICK_GAP + TICK_CHAR_WIDTH * max(map(len, y_labels)))
+    plot_width = WIDTH - margin_left - MARGIN_RIGHT
+    plot_height = HEIGHT - MARGIN_BOTTOM - MARGIN_TOP
 
     def x_of(step: float) -> float:
-        return MARGIN_LEFT + (
+        return margin_left + (
             plot_width * (step - x_low) / (x_high - x_low) if x_high > x_low else plot_width / 2
         )
 
@@ -79,16 +99,17 @@ def line_plot(title: str, series: dict[str, list[tuple[float, float]]]) -> str:
 
     bottom = MARGIN_TOP + plot_height
     height = HEIGHT + LEGEND_LINE * len(series)  # the legend goes under the axis, one line per series
+    label_x = margin_left - TICK_GAP // 2
     parts = [
         (
             f'<svg class="plot" role="img" aria-label="{escape(title)}" width="{WIDTH}" height="{height}" '
             f'viewBox="0 0 {WIDTH} {height}" xmlns="http://www.w3.org/2000/svg">'
         ),
-        f'<rect x="{MARGIN_LEFT}" y="{MARGIN_TOP}" width="{plot_width}" height="{plot_height}" class="frame"/>',
-        f'<text x="{MARGIN_LEFT - 4}" y="{MARGIN_TOP + 10}" text-anchor="end">{_fmt(y_high)}</text>',
-        f'<text x="{MARGIN_LEFT - 4}" y="{bottom}" text-anchor="end">{_fmt(y_low)}</text>',
-        f'<text x="{MARGIN_LEFT}" y="{HEIGHT - 8}">step {_fmt(x_low)}</text>',
-        f'<text x="{WIDTH - 10}" y="{HEIGHT - 8}" text-anchor="end">{_fmt(x_high)}</text>',
+        f'<rect x="{margin_left}" y="{MARGIN_TOP}" width="{plot_width}" height="{plot_height}" class="frame"/>',
+        f'<text x="{label_x}" y="{MARGIN_TOP + 10}" text-anchor="end" class="tick">{y_labels[0]}</text>',
+        f'<text x="{label_x}" y="{bottom}" text-anchor="end" class="tick">{y_labels[1]}</text>',
+        f'<text x="{margin_left}" y="{HEIGHT - 8}" class="tick">step {_fmt(x_low)}</text>',
+        f'<text x="{WIDTH - MARGIN_RIGHT}" y="{HEIGHT - 8}" text-anchor="end" class="tick">{_fmt(x_high)}</text>',
     ]
     for number, (name, values) in enumerate(series.items()):
         color = COLORS[number % len(COLORS)]
@@ -100,18 +121,18 @@ def line_plot(title: str, series: dict[str, list[tuple[float, float]]]) -> str:
                 f"<title>{escape(name)} at step {_fmt(step)}: {_fmt(value)}</title></circle>"
             )
         parts.append(
-            f'<text x="{MARGIN_LEFT}" y="{HEIGHT + LEGEND_LINE * number + 4}" fill="{color}" '
+            f'<text x="{margin_left}" y="{HEIGHT + LEGEND_LINE * number + 4}" fill="{color}" '
             f'class="legend">&#9632; {escape(name)}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
 
 
-def run_plots(metrics: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(title, svg) for every plot the run has data for."""
+def run_plots(metrics: list[dict[str, Any]], config: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    """(title, svg) for every plot the run has data for; `config` is the run's config.yaml."""
     plots = []
     for spec in PLOTS:
-        svg = line_plot(spec.title, series_for(spec, metrics))
+        svg = line_plot(spec.title, series_for(spec, metrics, config))
         if svg:
             plots.append((spec.title, svg))
     return plots

@@ -1,8 +1,10 @@
-"""Run viewer: the aiohttp application, one handler per page, every page read fresh from disk.
+"""Run viewer: the aiohttp application, one handler per page, every page as the files are now.
 
 Pages: runs -> one run (metric plots, steps) -> one step's groups (filters by status and reward)
 -> one trajectory (turns and tokens), plus two trajectories side by side. `/api/version`
-changes whenever any run writes, and the page script polls it to follow live runs.
+changes whenever any run writes, and the page script polls it to follow live runs. Files are
+parsed once per version (`run_data`); transformers is imported by the first trajectory page,
+not at start-up.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from agentrl.viewer.token_view import LOW_LOGPROB, run_tokenizer, token_cells
 HERE = Path(__file__).resolve().parent
 ROOTS = web.AppKey("roots", list[Path])
 TEMPLATES = web.AppKey("templates", jinja2.Environment)
+ERROR_STATUSES = frozenset(s.value for s in Status if s.is_error)
 SUMMARY_KEYS = ("reward/mean", "accuracy", "val/accuracy", "response_length/mean", "timing_s/step")
 
 
@@ -62,7 +65,7 @@ def _run(request: web.Request) -> run_data.Run:
 
 def _trajectories(
     request: web.Request,
-) -> tuple[run_data.Run, run_data.RolloutFile, list[run_data.TrajectoryRecord]]:
+) -> tuple[run_data.Run, run_data.RolloutFile, tuple[run_data.TrajectoryRecord, ...]]:
     run, split, step = _run(request), request.match_info["split"], int(request.match_info["step"])
     if split not in run_data.SPLITS:
         raise web.HTTPNotFound(text=f"split must be one of {run_data.SPLITS}, got {split!r}")
@@ -101,7 +104,8 @@ async def run_page(request: web.Request) -> web.Response:
     for rollouts in run_data.rollout_files(run):
         by_step.setdefault(rollouts.step, {"metrics": {}, "splits": []})["splits"].append(rollouts.split)
     steps = [{"step": step, **by_step[step]} for step in sorted(by_step)]
-    return _render(request, "run.html", run=run, plots=run_plots(metrics), steps=steps, keys=SUMMARY_KEYS)
+    plots = run_plots(metrics, run_data.read_config(run))
+    return _render(request, "run.html", run=run, plots=plots, steps=steps, keys=SUMMARY_KEYS)
 
 
 def _float_param(request: web.Request, name: str) -> float | None:
@@ -127,13 +131,7 @@ async def step_page(request: web.Request) -> web.Response:
         and (min_reward is None or t.reward >= min_reward)
         and (max_reward is None or t.reward <= max_reward)
     ]
-    groups: dict[int, list[run_data.TrajectoryRecord]] = defaultdict(list)
-    for trajectory in shown:
-        groups[trajectory.group_id].append(trajectory)
-    group_rows = [
-        {"group_id": gid, "members": members, "mean_reward": statistics.fmean(t.reward for t in members)}
-        for gid, members in groups.items()
-    ]
+    group_rows = _group_rows(trajectories, shown)
     return _render(
         request,
         "step.html",
@@ -149,25 +147,62 @@ async def step_page(request: web.Request) -> web.Response:
     )
 
 
-def _trajectory_view(run: run_data.Run, trajectory: run_data.TrajectoryRecord) -> dict[str, Any]:
+def _group_rows(
+    trajectories: tuple[run_data.TrajectoryRecord, ...], shown: list[run_data.TrajectoryRecord]
+) -> list[dict[str, Any]]:
+    """The groups that have a shown member, with the size and mean reward of the whole group.
+
+    Like the advantages, the mean leaves out trajectories with an error status (None when
+    every member has one); the filters only choose which rows are listed.
+    """
+    groups: dict[int, list[run_data.TrajectoryRecord]] = defaultdict(list)
+    for trajectory in trajectories:
+        groups[trajectory.group_id].append(trajectory)
+    shown_by_group: dict[int, list[run_data.TrajectoryRecord]] = defaultdict(list)
+    for trajectory in shown:
+        shown_by_group[trajectory.group_id].append(trajectory)
+    rows = []
+    for group_id, members in shown_by_group.items():
+        scored = [t.reward for t in groups[group_id] if t.status not in ERROR_STATUSES]
+        rows.append(
+            {
+                "group_id": group_id,
+                "members": members,
+                "size": len(groups[group_id]),
+                "num_errors": len(groups[group_id]) - len(scored),
+                "mean_reward": statistics.fmean(scored) if scored else None,
+            }
+        )
+    return rows
+
+
+def _trajectory_view(
+    run: run_data.Run, rollouts: run_data.RolloutFile, trajectory: run_data.TrajectoryRecord
+) -> dict[str, Any]:
+    try:
+        record = run_data.read_record(rollouts, trajectory)
+    except ValueError as exc:
+        raise web.HTTPConflict(text=str(exc)) from None
     tokenizer = run_tokenizer(run.path, run_data.read_config(run))
     return {
         "t": trajectory,
-        "cells": token_cells(trajectory.record, tokenizer),
+        "record": record,
+        "cells": token_cells(record, tokenizer),
         "has_tokenizer": tokenizer is not None,
     }
 
 
-def _pick(trajectories: list[run_data.TrajectoryRecord], index: int) -> run_data.TrajectoryRecord:
-    if index >= len(trajectories):
-        raise web.HTTPNotFound(text=f"trajectory {index} out of range: the dump has {len(trajectories)}")
-    return trajectories[index]
+def _pick(trajectories: tuple[run_data.TrajectoryRecord, ...], index: int) -> run_data.TrajectoryRecord:
+    for trajectory in trajectories:
+        if trajectory.index == index:
+            return trajectory
+    raise web.HTTPNotFound(text=f"no trajectory {index} in this dump of {len(trajectories)}")
 
 
 async def trajectory_page(request: web.Request) -> web.Response:
     run, rollouts, trajectories = _trajectories(request)
     trajectory = _pick(trajectories, int(request.match_info["index"]))
-    view = _trajectory_view(run, trajectory)
+    view = _trajectory_view(run, rollouts, trajectory)
     return _render(request, "trajectory.html", run=run, rollouts=rollouts, views=[view], low=LOW_LOGPROB)
 
 
@@ -179,5 +214,5 @@ async def compare_page(request: web.Request) -> web.Response:
         if not text.isdigit():
             raise web.HTTPBadRequest(text=f"compare needs ?a=INDEX&b=INDEX, got {name}={text!r}")
         indices.append(int(text))
-    views = [_trajectory_view(run, _pick(trajectories, index)) for index in indices]
+    views = [_trajectory_view(run, rollouts, _pick(trajectories, index)) for index in indices]
     return _render(request, "trajectory.html", run=run, rollouts=rollouts, views=views, low=LOW_LOGPROB)

@@ -2,6 +2,8 @@
 
 Token text comes from the run's own tokenizer (config.yaml's model.path, else the exported
 hf_model/); without one the view shows token ids, so a run dir alone is always enough.
+transformers is imported when the first tokenizer loads: it takes seconds, and the viewer's
+other pages never need it.
 """
 
 from __future__ import annotations
@@ -9,11 +11,12 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Any
 
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 # Upper edges of the logprob buckets for sampled tokens; the last bucket is "low probability".
 LOGPROB_EDGES = (-0.1, -1.0, -2.5)
@@ -33,6 +36,8 @@ class TokenCell:
 
 @functools.lru_cache(maxsize=8)
 def _load_tokenizer(path: str) -> PreTrainedTokenizerBase | None:
+    from transformers import AutoTokenizer
+
     try:
         return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError):  # not on this machine (e.g. a hub id offline): show ids

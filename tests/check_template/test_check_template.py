@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from agentrl.check_template import check_template, conversations
+from agentrl.check_template import check_template, conversations, renders_tools
 from agentrl.check_template.__main__ import main
 from agentrl.check_template.tool_calls import ToolCall, parse_tool_calls
 from agentrl.rollout.chat_template import ChatTemplate
@@ -41,6 +41,14 @@ STRIPS_EARLIER_REASONING = CHATML.replace(
 TRIMS_WHITESPACE = CHATML.replace("CONTENT", "(message.content | trim)")
 DROPS_EARLIER_TOOL_CALLS = CHATML.replace(
     "CONTENT", "(message.content if loop.last else message.content.split('<tool_call>')[0])"
+)
+RENDERS_TOOLS = (
+    "{%- if tools %}{{- '<|im_start|>system\\ntools: ' + (tools | tojson) + '<|im_end|>\\n' }}{%- endif %}"
+)
+# A system line with the time of day to the microsecond, like templates that print today's date:
+# two renders a few microseconds apart differ.
+CLOCK_IN_SYSTEM_LINE = KEEPS_EVERYTHING.replace(
+    RENDERS_TOOLS, "{{- '<|im_start|>system\\nTime: ' + strftime_now('%H:%M:%S.%f') + '<|im_end|>\\n' }}"
 )
 
 
@@ -155,3 +163,44 @@ def test_the_command_exits_0_on_the_tiny_policy_and_1_on_a_broken_template(tmp_p
     output = capsys.readouterr().out
     assert "VIOLATION [prefix] reasoning turn 1 token" in output
     assert output.endswith("FAILED\n")
+
+
+def test_a_template_that_reads_the_clock_fails_the_determinism_check_alone_and_shows_the_differing_text():
+    assert CLOCK_IN_SYSTEM_LINE != KEEPS_EVERYTHING
+    report = check_template(template_with(CLOCK_IN_SYSTEM_LINE), [IM_END], conversations(with_tools=False))
+    [violation] = report.violations
+    assert (violation.check, violation.conversation, violation.turn) == ("determinism", "(probe)", None)
+    assert "rendering the same messages twice gave different text, 'Time: " in violation.message
+    assert "such as the clock or a random id" in violation.message
+    assert report.episodes == []
+
+
+def test_the_command_reports_a_clock_in_the_template_as_such(tmp_path, capsys):
+    saved = tmp_path / "clock"
+    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_PATH)
+    tokenizer.chat_template = CLOCK_IN_SYSTEM_LINE
+    tokenizer.save_pretrained(saved)
+    assert main([str(saved)]) == 1
+    output = capsys.readouterr().out
+    [violation] = [line for line in output.splitlines() if line.startswith("VIOLATION")]
+    assert violation.startswith("VIOLATION [determinism] (probe): rendering the same messages twice")
+    assert "generation_prompt" not in output
+    assert output.endswith("FAILED\n")
+
+
+def test_tool_calls_are_checked_without_the_flag_when_the_template_renders_tools(tmp_path, capsys):
+    saved = tmp_path / "drops_tool_calls"
+    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_PATH)
+    tokenizer.chat_template = DROPS_EARLIER_TOOL_CALLS
+    tokenizer.save_pretrained(saved)
+    assert main([str(saved)]) == 1
+    output = capsys.readouterr().out
+    assert "VIOLATION [prefix] tool_call turn 1 token" in output
+    assert "VIOLATION [prefix] parallel_tool_calls turn 1 token" in output
+
+
+def test_a_template_without_tools_is_checked_on_chat_conversations_only():
+    without_tools = KEEPS_EVERYTHING.replace(RENDERS_TOOLS, "")
+    assert without_tools != KEEPS_EVERYTHING
+    assert not renders_tools(template_with(without_tools))
+    assert renders_tools(template_with(KEEPS_EVERYTHING))

@@ -78,13 +78,17 @@ STEP_1 = [
     trajectory(9, ["\\boxed{5}"], 0.0, "completed", 0.0),
     trajectory(9, ["\\boxed{4}"], 0.0, "env_error", None),
 ]
+# The KL term is off (config.yaml), so the trainer's actor/kl_loss of 0.0 was never measured.
 METRICS = [
     {"step": 0, "val/reward/mean": 0.25, "val/accuracy": 0.25},
     {"step": 1, "reward/mean": 0.25, "accuracy": 0.25, "response_length/mean": 6.0, "timing_s/step": 1.5,
-     "rollout/status/completed": 0.5, "rollout/status/truncated_turns": 0.25, "rollout/status/env_error": 0.25},
+     "rollout/status/completed": 0.5, "rollout/status/truncated_turns": 0.25, "rollout/status/env_error": 0.25,
+     "actor/pg_loss": -0.003712, "actor/kl_loss": 0.0, "actor/grad_norm": 0.5},
     {"step": 2, "reward/mean": 0.5, "accuracy": 0.5, "response_length/mean": 5.0, "timing_s/step": 1.25,
-     "val/reward/mean": 0.5, "val/accuracy": 0.5},
+     "val/reward/mean": 0.5, "val/accuracy": 0.5, "actor/pg_loss": 0.0012, "actor/kl_loss": 0.0,
+     "actor/grad_norm": 0.75},
 ]  # fmt: skip
+CONFIG = "model:\n  path: tiny\nenv:\n  id: math\nactor:\n  use_kl_loss: false\n"
 
 
 def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
@@ -95,7 +99,7 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
 def write_run(path: Path) -> Path:
     """A math run on the tiny policy: two training steps logged, step 1 and an eval dumped."""
     path.mkdir(parents=True)
-    (path / "config.yaml").write_text("model:\n  path: tiny\nenv:\n  id: math\n")
+    (path / "config.yaml").write_text(CONFIG)
     write_jsonl(path / "metrics.jsonl", METRICS)
     write_jsonl(path / "rollouts" / "step_1.jsonl", STEP_1)
     write_jsonl(path / "rollouts" / "val_step_0.jsonl", STEP_1[:2])

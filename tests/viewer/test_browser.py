@@ -49,7 +49,9 @@ def test_clicking_from_the_runs_page_to_a_trajectory_shows_its_turns_tokens_and_
         "response length (sampled tokens)",
         "statuses (fraction of trajectories)",
         "timings (s)",
-    ]
+        "losses",
+        "gradient norm",
+    ]  # no entropy: the run never logged it
     assert [row.get_attribute("data-step") for row in browser.find_elements(By.CSS_SELECTOR, "tr.step-row")] == [
         "0", "1", "2",
     ]  # fmt: skip
@@ -98,6 +100,45 @@ def test_colouring_switches_between_loss_mask_logprob_and_advantage(browser, vie
     browser.save_screenshot(str(screenshots / "5_advantage_colours.png"))
 
 
+def test_legend_entries_have_the_colour_of_their_series(browser, viewer):
+    browser.get(f"{viewer}/runs/math_run")
+    plots = browser.find_elements(By.CSS_SELECTOR, "svg.plot")
+    assert len(plots) == 7
+    for plot in plots:
+        colours = browser.execute_script(
+            """const svg = arguments[0];
+            const fill = (node) => getComputedStyle(node).fill;
+            return [[...svg.querySelectorAll("text.legend")].map(fill),
+                    [...svg.querySelectorAll("polyline")].map((line) => getComputedStyle(line).stroke)];""",
+            plot,
+        )
+        assert colours[0] == colours[1], plot.get_attribute("aria-label")
+    reward = browser.find_element(By.CSS_SELECTOR, "svg.plot[aria-label='reward'] text.legend")
+    assert reward.value_of_css_property("fill") == "rgb(31, 119, 180)"
+
+
+def test_a_negative_axis_value_is_drawn_whole_with_its_sign_left_of_the_frame(browser, viewer, screenshots):
+    browser.get(f"{viewer}/runs/math_run")
+    for plot in browser.find_elements(By.CSS_SELECTOR, "svg.plot"):
+        frame_left, labels = browser.execute_script(
+            """const svg = arguments[0];
+            const ends = [...svg.querySelectorAll("text[text-anchor='end']")].slice(0, 2);  // the y-axis labels
+            return [svg.querySelector("rect").getBBox().x, ends.map((label) => {
+                const box = label.getBBox();
+                return [label.textContent, box.x, box.x + box.width];
+            })];""",
+            plot,
+        )
+        name = plot.get_attribute("aria-label")
+        if name == "losses":
+            assert [text for text, _, _ in labels] == ["0.0012", "-0.003712"]
+        for text, left, right in labels:
+            assert 0 <= left and right <= frame_left, (name, text, left, right)
+    losses = browser.find_element(By.CSS_SELECTOR, "svg.plot[aria-label='losses']")
+    assert texts(losses, "text.legend") == ["\u25a0 actor/pg_loss"]  # no kl_loss: the KL term was off
+    losses.screenshot(str(screenshots / "7_negative_axis.png"))
+
+
 def test_filters_keep_only_the_asked_status_and_reward_range(browser, viewer):
     browser.get(f"{viewer}/runs/math_run/train/1")
     Select(browser.find_element(By.NAME, "status")).select_by_visible_text("env_error")
@@ -110,6 +151,20 @@ def test_filters_keep_only_the_asked_status_and_reward_range(browser, viewer):
     assert [
         r.get_attribute("data-index") for r in browser.find_elements(By.CSS_SELECTOR, "tr.trajectory-row")
     ] == ["0"]
+
+
+def test_a_filtered_step_page_shows_each_groups_own_size_and_mean_reward(browser, viewer):
+    browser.get(f"{viewer}/runs/math_run/train/1?min_reward=0.5")
+    assert texts(browser, "section.group .group-stats") == ["2 trajectories (1 shown), mean reward 0.5"]
+    browser.get(f"{viewer}/runs/math_run/train/1?status=env_error")
+    assert texts(browser, "section.group .group-stats") == [
+        "2 trajectories (1 shown), mean reward 0 without the 1 with an error status"
+    ]
+    browser.get(f"{viewer}/runs/math_run/train/1")
+    assert texts(browser, "section.group .group-stats") == [
+        "2 trajectories, mean reward 0.5",
+        "2 trajectories, mean reward 0 without the 1 with an error status",
+    ]
 
 
 def test_two_trajectories_of_a_group_show_side_by_side(browser, viewer, screenshots):
