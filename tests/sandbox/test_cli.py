@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -66,11 +67,16 @@ def test_eval_prints_pass_at_k_and_writes_per_sample_results(
     problems = DATA / "humaneval_problems.jsonl"
     argv = ["--problems", str(problems), "--samples", str(samples), "--k", "1,2", "--backend", "bwrap"]
     assert sandbox_eval.main(argv) == 0
-    pass_at = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    pass_at = json.loads(out)
     assert pass_at == pytest.approx({"pass@1": 0.5, "pass@2": 5 / 6}, abs=1e-12)
-    rows = [
-        json.loads(line) for line in (samples.parent / "samples.jsonl_results.jsonl").read_text().splitlines()
+    results_path = samples.parent / "samples.jsonl_results.jsonl"
+    # Off a terminal (as here, and in a log) no progress bar: just what ran and where the results are.
+    assert err.splitlines() == [
+        "judging 6 samples on the bwrap backend",
+        f"per-sample results: {results_path}",
     ]
+    rows = [json.loads(line) for line in results_path.read_text().splitlines()]
     assert [(row["task_id"], row["passed"], row["result"]) for row in rows] == [
         ("Tiny/0", True, "AC"),
         ("Tiny/0", False, "WA"),
@@ -79,6 +85,17 @@ def test_eval_prints_pass_at_k_and_writes_per_sample_results(
         ("Tiny/1", True, "AC"),
         ("Tiny/1", False, "WA"),
     ]
+
+
+def test_eval_with_backend_auto_says_which_backend_it_chose(
+    samples: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    problems = DATA / "humaneval_problems.jsonl"
+    assert sandbox_eval.main(["--problems", str(problems), "--samples", str(samples), "--k", "1"]) == 0
+    first_line = capsys.readouterr().err.splitlines()[0]
+    assert re.fullmatch(
+        r"judging 6 samples on the (docker|bwrap) backend \(--backend auto chose it\)", first_line
+    )
 
 
 def test_eval_gives_no_credit_to_wrong_samples_that_shadow_the_builtins_the_test_uses(
