@@ -3,8 +3,9 @@
 Section and knob names follow verl's where the concept is the same (`rollout.n`,
 `data.train_batch_size`, `actor.clip_ratio_high`, `algorithm.adv_estimator`, ...). Each section
 lives next to the code it configures and is what that code takes; this module only composes
-them and checks what spans sections. The schema's defaults are the shipped defaults. Nothing
-imported here loads torch or transformers, so a bad key fails in well under a second.
+them and checks what spans sections. The schema's defaults are the shipped defaults. Every
+section refuses NaN and infinite numbers (`allow_inf_nan=False`): no setting means anything with
+them. Nothing imported here loads torch or transformers, so a bad key fails in well under a second.
 """
 
 from __future__ import annotations

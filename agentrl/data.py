@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentrl.env.registry import load_object
+from agentrl.run_files import PathSetting
 
 SUPPORTED_SUFFIXES = (".parquet", ".jsonl")
 MESSAGES_EXPECTED = 'a non-empty list of {"role", "content"} messages'
@@ -30,8 +31,10 @@ class DataConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    train_files: list[str] = Field(default_factory=list, description="parquet/jsonl in verl's row layout")
-    val_files: list[str] = Field(
+    train_files: list[PathSetting] = Field(
+        default_factory=list, description="parquet/jsonl in verl's row layout"
+    )
+    val_files: list[PathSetting] = Field(
         default_factory=list,
         description="held-out rows; with train_files and no val_files, val_size rows are held out of them",
     )

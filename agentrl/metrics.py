@@ -12,11 +12,13 @@ import math
 import os
 import secrets
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 from agentrl.config import Config
 from agentrl.rollout.trajectory import Status, Trajectory
+from agentrl.run_files import append_line, write_atomically
 
 
 def _summary(prefix: str, values: list[float]) -> dict[str, float]:
@@ -85,9 +87,48 @@ def _env_info_means(trajectories: list[Trajectory]) -> dict[str, float]:
     values: dict[str, list[float]] = defaultdict(list)
     for t in trajectories:
         for key, value in t.info.items():
-            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-                values[key].append(float(value))
-    return {f"env/{key}/mean": statistics.fmean(found) for key, found in sorted(values.items())}
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                number = value if isinstance(value, float) else _int_as_float(value)
+                if math.isfinite(number):
+                    values[key].append(number)
+    return {f"env/{key}/mean": _overflow_free_mean(found) for key, found in sorted(values.items())}
+
+
+def _int_as_float(value: int) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond float range has no finite mean
+        return math.inf
+
+
+def _overflow_free_mean(values: list[float]) -> float:
+    try:
+        return statistics.fmean(values)
+    except OverflowError:  # finite values near the float maximum: divide before summing
+        return math.fsum(value / len(values) for value in values)
+
+
+def read_metrics(path: Path) -> tuple[list[dict], list[int]]:
+    """The step records of a metrics.jsonl, and the byte offsets of lines that are not whole records."""
+    records, torn_offsets, offset = [], [], 0
+    for line in path.read_bytes().splitlines(keepends=True):
+        try:
+            record = json.loads(line)
+        except ValueError:  # part of a line (JSON or UTF-8 cut short)
+            record = None
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            records.append(record)
+        elif line.strip():
+            torn_offsets.append(offset)
+        offset += len(line)
+    return records, torn_offsets
+
+
+def _duration(seconds: float) -> str:
+    """`1h02m`, `3m05s` or `42s`."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 class MetricsLogger:
@@ -114,6 +155,8 @@ class MetricsLogger:
             run_dir.mkdir(parents=True, exist_ok=True)
         trainer = config.trainer
         self.console = enabled and "console" in trainer.logger
+        self.total_steps = trainer.total_training_steps
+        self.step_seconds: list[float] = []  # wall clock of each step this process ran
         self.wandb_run = None
         if enabled and "wandb" in trainer.logger:
             import wandb
@@ -122,8 +165,8 @@ class MetricsLogger:
                 os.environ["WANDB_MODE"] = "offline"
             os.environ.setdefault("WANDB_SILENT", "true")
             id_file = run_dir / self.WANDB_ID_FILE
-            if not resumed or not id_file.is_file():
-                id_file.write_text(secrets.token_hex(8))
+            if not resumed or not id_file.is_file() or not id_file.read_text().strip():
+                write_atomically(id_file, secrets.token_hex(8))
             # A resumed run continues the same wandb run rather than opening a second one.
             self.wandb_run = wandb.init(
                 project=trainer.project_name, name=trainer.experiment_name, dir=str(run_dir),
@@ -131,23 +174,43 @@ class MetricsLogger:
             )  # fmt: skip
 
     def discard_after(self, step: int) -> None:
-        """Forget records a resumed run will redo (after `step`); a fresh run (step 0) keeps none."""
+        """Forget records a resumed run will redo (after `step`); a fresh run (step 0) keeps none.
+
+        A line that is not a whole record (a write cut short by an earlier version on a full
+        disk) is dropped with a warning naming where it was.
+        """
         if not self.enabled or not self.path.exists():
             return
-        records = [json.loads(line) for line in self.path.read_text().splitlines()]
+        records, torn_offsets = read_metrics(self.path)
+        for offset in torn_offsets:
+            print(
+                f"warning: {self.path}: dropped an incomplete record at byte {offset} "
+                "(a write cut short, e.g. by a full disk)",
+                file=sys.stderr,
+            )
         kept = [record for record in records if step > 0 and record["step"] <= step]
-        self.path.write_text("".join(json.dumps(record) + "\n" for record in kept))
+        if torn_offsets or len(kept) < len(records):
+            write_atomically(self.path, "".join(json.dumps(record) + "\n" for record in kept))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Record one step; its line is on disk whole once this returns, and absent if it raises."""
         if not self.enabled:
             return
-        with self.path.open("a") as handle:
-            handle.write(json.dumps({"step": step, **metrics}) + "\n")
+        append_line(self.path, json.dumps({"step": step, **metrics}) + "\n")
         if self.console:
             shown = " ".join(f"{key}={metrics[key]:.4g}" for key in self.CONSOLE_KEYS if key in metrics)
-            print(f"step {step}: {shown}", flush=True)
+            print(f"{self._progress(step, metrics)}: {shown}", flush=True)
         if self.wandb_run is not None:
             self.wandb_run.log(metrics, step=step)
+
+    def _progress(self, step: int, metrics: dict[str, float]) -> str:
+        """`step N/T` and, for a training step, the time left at this process's mean step time."""
+        if step == 0:  # the evaluation before training
+            return "step 0"
+        self.step_seconds.append(metrics.get("timing_s/step", 0.0))
+        remaining = self.total_steps - step
+        eta_s = remaining * statistics.fmean(self.step_seconds)
+        return f"step {step}/{self.total_steps} (eta {_duration(eta_s)})"
 
     def close(self) -> None:
         if self.wandb_run is not None:

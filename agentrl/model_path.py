@@ -7,9 +7,13 @@ checker) resolves its path here, so a path that cannot load fails at once with t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
 
@@ -51,3 +55,30 @@ def load_tokenizer(model_path: str, setting: str = "model.path") -> PreTrainedTo
             "hub, or the model already in the local cache, and a local model a directory saved with "
             "save_pretrained"
         ) from None
+
+
+_loaded_a_model = False  # this process has shown transformers' "Loading weights" bar once
+
+
+def load_causal_lm(model_path: str, **kwargs: Any) -> PreTrainedModel:
+    """`AutoModelForCausalLM.from_pretrained`, every model load of agentrl goes through here.
+
+    A run loads the same weights several times (engine, actor, reference): the loading bar is
+    shown for the first load of the process only (and off a terminal, where training turns
+    progress bars off, not at all).
+    """
+    global _loaded_a_model
+    quiet = _loaded_a_model and transformers.utils.logging.is_progress_bar_enabled()
+    with _progress_bars_off() if quiet else nullcontext():
+        model = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
+    _loaded_a_model = True
+    return model
+
+
+@contextmanager
+def _progress_bars_off() -> Iterator[None]:
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers.utils.logging.enable_progress_bar()

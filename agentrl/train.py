@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -20,6 +22,7 @@ from agentrl.config_loader import (
     dump_config,
     load_config,
 )
+from agentrl.run_files import replacing
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -60,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
         return describe(config, args.describe)
     for warning in config.warnings():
         print(f"warning: {warning}", file=sys.stderr)
+    run_dir = Path(config.trainer.run_dir or f"runs/{config.trainer.experiment_name}")
+    try:
+        prepare_run_dir(run_dir)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     # Heavy imports only after the config is known to be valid.
     from agentrl.engine.sglang_protocol import EngineRequestError
     from agentrl.trainer.components import build_env_factory, build_trainer
@@ -67,24 +76,24 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         build_env_factory(config)  # a bad env id or env.kwargs reads like a config error
+        check_run_dir_use(run_dir, config)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    run_dir = Path(config.trainer.run_dir or f"runs/{config.trainer.experiment_name}")
-    run_dir.mkdir(parents=True, exist_ok=True)
     is_main = os.environ.get("RANK", "0") == "0"  # under torchrun, one rank writes the run's records
-    if is_main:
-        record_config(run_dir, config)
+    # config.yaml is written only once the parts have been built: a failed command leaves no record.
     if config.trainer.launcher == "ray":  # each Ray policy worker runs the build_trainer(...).fit() below
         from agentrl.launchers.ray_launcher import run_with_ray
 
-        status = run_with_ray(config, run_dir)
-        return status or report(run_dir)
+        status = check_parts(config) or record(run_dir, config)
+        return status or run_with_ray(config, run_dir) or report(run_dir)
     try:
         trainer = build_trainer(config, run_dir)
     except (ValueError, EngineRequestError) as error:  # bad data files, an engine that does not answer
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if is_main and (status := record(run_dir, config)):
+        return status
     try:
         asyncio.run(trainer.fit())
     except RunStopped as stopped:
@@ -109,22 +118,126 @@ def describe(config: Config, key: str) -> int:
     return 0
 
 
+def prepare_run_dir(run_dir: Path) -> None:
+    """Create the run dir and check that files can be written in it; ValueError says what is wrong."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=run_dir):
+            pass
+    except OSError as error:
+        what = (
+            "is not a directory"
+            if isinstance(error, FileExistsError)
+            else f"cannot be used ({error.strerror})"
+        )
+        raise ValueError(
+            f"run dir {run_dir} {what}; set trainer.run_dir to a directory this process can create and write"
+        ) from None
+
+
+def check_run_dir_use(run_dir: Path, config: Config) -> None:
+    """ValueError when this command would overwrite the records of a run already in `run_dir`.
+
+    Only a run that continues from the run dir's checkpoints may use it. An evaluation-only run
+    (no training steps) or one with trainer.resume=disable would start its records over; a
+    resumable run with no checkpoint yet starts over too, and says so.
+    """
+    from agentrl.metrics import read_metrics
+    from agentrl.trainer.checkpoint import checkpoint_steps
+
+    metrics_path = run_dir / "metrics.jsonl"
+    records = read_metrics(metrics_path)[0] if metrics_path.is_file() else []
+    steps = checkpoint_steps(run_dir)
+    if not records and not steps:
+        return
+    held = f"run dir {run_dir} holds a run (metrics up to step {max((r['step'] for r in records), default=0)}"
+    held += f", checkpoint of step {steps[-1]})" if steps else ", no checkpoint)"
+    fresh = "; use a new trainer.experiment_name (or trainer.run_dir) to keep it"
+    if config.trainer.total_training_steps == 0:
+        raise ValueError(
+            f"{held}; an evaluation-only run (trainer.total_training_steps=0) would overwrite it{fresh}"
+        )
+    if config.trainer.resume == "disable":
+        raise ValueError(
+            f"{held}; trainer.resume=disable would start it over{fresh}, or trainer.resume=auto to continue it"
+        )
+    if not steps:
+        print(
+            f"warning: {held}; with no checkpoint to continue from, this run starts it over", file=sys.stderr
+        )
+
+
+def check_parts(config: Config) -> int:
+    """Import the reward functions and resolve the model path; exit status 2 (and why) if one fails."""
+    from agentrl.model_path import resolve_model_path
+    from agentrl.rewards.loading import load_functions
+
+    try:
+        load_functions(config.reward)
+        resolve_model_path(config.model.path)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def record(run_dir: Path, config: Config) -> int:
+    """`record_config`, with what stops it as one line: status 2 for a broken record, 1 for a disk error."""
+    try:
+        record_config(run_dir, config)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"error: cannot write {run_dir / 'config.yaml'}: {error.strerror}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def record_config(run_dir: Path, config: Config) -> None:
-    """Write the run's config.yaml; a run resumed with changed settings names them and keeps the old file."""
+    """Write the run's config.yaml; a run resumed with changed settings names them and keeps the old file.
+
+    config.yaml is replaced whole: a write that fails (a full disk) leaves the earlier file. A
+    kept file is never overwritten; a second change before the same step is kept as
+    config.before_step_N.2.yaml, and so on.
+    """
     from agentrl.trainer.checkpoint import checkpoint_steps
 
     path, text = run_dir / "config.yaml", dump_config(config)
     steps = checkpoint_steps(run_dir) if config.trainer.resume == "auto" else []
-    earlier = path.read_text() if steps and path.is_file() else text
-    if earlier != text:
-        changes = config_changes(yaml.safe_load(earlier), config.model_dump(mode="json"))
-        kept = path.rename(run_dir / f"config.before_step_{steps[-1] + 1}.yaml")
-        print(
-            f"warning: resuming {run_dir} after step {steps[-1]} with changed settings ({'; '.join(changes)}); "
-            f"the earlier config.yaml is kept as {kept.name}",
-            file=sys.stderr,
-        )
-    path.write_text(text)
+    earlier = path.read_bytes() if steps and path.is_file() else text.encode()
+    with replacing(path, text):
+        if earlier != text.encode():
+            changes = config_changes(
+                _recorded_settings(path, earlier, steps[-1]), config.model_dump(mode="json")
+            )
+            kept = path.rename(_unused_name(run_dir, f"config.before_step_{steps[-1] + 1}"))
+            print(
+                f"warning: resuming {run_dir} after step {steps[-1]} with changed settings ({'; '.join(changes)}); "
+                f"the earlier config.yaml is kept as {kept.name}",
+                file=sys.stderr,
+            )
+
+
+def _recorded_settings(path: Path, content: bytes, last_step: int) -> dict:
+    """The settings a run dir's config.yaml records; ValueError when it holds none (e.g. cut short)."""
+    try:
+        settings = yaml.safe_load(content.decode())
+    except (UnicodeDecodeError, yaml.YAMLError):
+        settings = None
+    if isinstance(settings, dict):
+        return settings
+    raise ValueError(
+        f"{path} is {'empty' if not content.strip() else 'not a YAML mapping of settings'}, so the settings "
+        f"of the checkpointed steps (up to {last_step}) are unknown; restore it, or move it aside to record "
+        "this run's settings in its place"
+    )
+
+
+def _unused_name(run_dir: Path, stem: str) -> Path:
+    """`stem.yaml`, else the first free `stem.2.yaml`, `stem.3.yaml`, ... in run_dir."""
+    names = itertools.chain([f"{stem}.yaml"], (f"{stem}.{number}.yaml" for number in itertools.count(2)))
+    return next(run_dir / name for name in names if not (run_dir / name).exists())
 
 
 def interrupted(run_dir: Path, resumes: bool) -> str:
@@ -162,6 +275,8 @@ def held_out_summary(metrics_path: Path) -> str:
     key = "val/accuracy" if "val/accuracy" in last else "val/reward/mean"
 
     def value(record: dict) -> str:
+        if record.get("val/rollout/error_frac") == 1.0:  # a 0.000 here would read like a score
+            return f"no episode completed ({_main_status(record)})"
         error = record.get(f"{key}_stderr")
         return f"{record[key]:.3f}" + (f" ± {error:.3f}" if error is not None else "")
 
@@ -172,6 +287,14 @@ def held_out_summary(metrics_path: Path) -> str:
         f"held-out {key.removeprefix('val/')}: {value(first)} at step {first['step']} -> "
         f"{value(last)} at step {last['step']} ({num_problems} problems; ± one standard error)"
     )
+
+
+def _main_status(record: dict) -> str:
+    """`all <status>` or `mostly <status>` of an evaluation's episodes, from its metrics line."""
+    prefix = "val/rollout/status/"
+    shares = {key.removeprefix(prefix): share for key, share in record.items() if key.startswith(prefix)}
+    status = max(shares, key=shares.__getitem__)
+    return f"{'all' if shares[status] == 1.0 else 'mostly'} {status}"
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ def parse_kl_kind(kind: str) -> tuple[str, bool]:
 class FilterGroupsConfig(BaseModel):
     """DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     enable: bool = Field(
         False, description="Drop zero-spread groups and keep generating until the batch fills."
@@ -47,7 +47,7 @@ class RolloutCorrectionConfig(BaseModel):
     [`rollout_rs_threshold_lower`, `rollout_rs_threshold`] from the loss.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     rollout_is: Literal["token", "sequence"] | None = Field(None, description="TIS level; null: off")
     rollout_is_threshold: float = Field(2.0, gt=0, description="upper clamp of the IS weight")
@@ -68,7 +68,7 @@ class RolloutCorrectionConfig(BaseModel):
 class AlgorithmConfig(BaseModel):
     """How advantages are computed from the rewards of each prompt's group of trajectories."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     adv_estimator: Literal["grpo", "rloo"] = Field(
         "grpo",

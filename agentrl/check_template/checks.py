@@ -6,7 +6,8 @@ assistant turn the sampled tokens (the text as the tokenizer encodes it plus the
 loss mask 1) and the observation delta (loss mask 0). It then compares them, token by token,
 with a full re-render of the conversation so far. The first difference names the turn and the
 token. It also checks the generation prompt, that an assistant turn ends on a token the engine
-stops on, that the template renders tools, and that tool calls round-trip through the parser.
+stops on, that the template renders tools, and that tool calls round-trip through the parser
+the tool_calling env and the rewards use (`agentrl.parsing.tool_calls`).
 First of all it renders every conversation twice: a template that reads the clock or draws a
 random id renders differently each time, and every other check would blame that on something
 else, so it is reported alone.
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 import jinja2
 
 from agentrl.check_template.conversations import CALCULATOR, Conversation, Message
-from agentrl.check_template.tool_calls import calls_of_message, parse_tool_calls
+from agentrl.parsing.tool_calls import calls_of_message, parse_tool_calls
 from agentrl.rollout.chat_template import ChatTemplate
 
 SENTINEL = "Sentinel reply 8151."  # assistant content no template rewrites, to locate the turn's end
@@ -260,12 +261,12 @@ def _sampled_text(
 
 def _tool_call_problem(content: str, message: Message) -> str | None:
     expected = calls_of_message(message)
-    try:
-        parsed = parse_tool_calls(content)
-    except ValueError as exc:
-        return f"the rendered tool call {content!r} does not parse: {exc}"
-    if parsed != expected:
-        return f"the rendered tool call {content!r} parses as {parsed}, expected {expected}"
+    parsed = parse_tool_calls(content)
+    if parsed.malformed:
+        reasons = " ".join(call.message for call in parsed.malformed)
+        return f"the rendered tool call {content!r} is not one the tool_calling env would run: {reasons}"
+    if parsed.well_formed != expected:
+        return f"the rendered tool call {content!r} parses as {parsed.well_formed}, expected {expected}"
     return None
 
 

@@ -1,8 +1,9 @@
 """`python -m agentrl.debug env=NAME [key=value ...] [--row N] [--policy model|human] [--script FILE]`
 or `python -m agentrl.debug --replay RUN_DIR/rollouts/step_N.jsonl --index I`.
 
-Interactive on a terminal (commands: `help`); with `--script FILE` or piped standard input it
-runs the commands and prints a transcript, exiting 1 if any command failed.
+Interactive on a terminal (commands: `help`; `agentrl.debug.terminal`); with `--script FILE` or
+piped standard input it runs the commands and prints a transcript, exiting 1 if any command failed.
+Ctrl-C leaves with status 130, never a traceback.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from agentrl.check_template.__main__ import stop_token_ids
 from agentrl.check_template.checks import template_facts
 from agentrl.config import Config
 from agentrl.config_loader import ConfigError, load_config
-from agentrl.debug.commands import COMMANDS, Quit, run_command, show_all
+from agentrl.debug.commands import Quit, run_command, show_all
 from agentrl.debug.replay_command import replay
 from agentrl.debug.session import DebugSession, EpisodeSetup
+from agentrl.debug.terminal import INTERRUPTED, interact
 from agentrl.devices import resolve_device
 from agentrl.engine.transformers_engine import TransformersEngine
 from agentrl.model_path import load_tokenizer, resolve_model_path
@@ -82,49 +84,38 @@ def build_setup(config: Config, row: int | None, seed: int) -> EpisodeSetup:
     )  # fmt: skip
 
 
-def command_lines(script: Path | None, interactive: bool):
-    """Lines to run: the script's, piped stdin's, or typed at a prompt_toolkit prompt."""
-    if script is not None:
-        yield from script.read_text().splitlines()
-    elif not interactive:
-        yield from sys.stdin.read().splitlines()
-    else:
-        from prompt_toolkit import PromptSession
-        from prompt_toolkit.completion import WordCompleter
-
-        prompt = PromptSession(completer=WordCompleter(list(COMMANDS)))
-        while True:
-            try:
-                yield prompt.prompt("debug> ")
-            except EOFError:
-                return
+async def run_script(session: DebugSession, console: Console, lines: list[str]) -> int:
+    """Run each line as a command, echoing it; 1 if any failed."""
+    failures = 0
+    for line in lines:
+        if line.strip() and not line.lstrip().startswith("#"):
+            console.print(f"debug> {line}", style="bold")
+        try:
+            await run_command(session, console, line, read_action=None)
+        except ValueError as error:
+            failures += 1
+            console.print(f"error: {error}", style="red")
+        except Quit:
+            break
+    return 1 if failures else 0
 
 
 async def debug(args: argparse.Namespace, config: Config, console: Console) -> int:
     seed = config.trainer.seed if args.seed is None else args.seed
     setup = build_setup(config, args.row, seed)
     session = DebugSession(setup, args.policy)
-    interactive = args.script is None and sys.stdin.isatty()
-    read_action = (lambda: console.input("assistant> ")) if interactive else None
     console.print(f"env {config.env.id}, row {setup.row_index}, policy {args.policy}, seed {seed}")
-    failures = 0
     try:
         await session.start()
         show_all(session, console)
-        for line in command_lines(args.script, interactive):
-            if not interactive and line.strip() and not line.lstrip().startswith("#"):
-                console.print(f"debug> {line}", style="bold")
-            try:
-                await run_command(session, console, line, read_action)
-            except ValueError as error:
-                failures += 1
-                console.print(f"error: {error}", style="red")
-    except Quit:
-        pass
+        if args.script is not None:
+            return await run_script(session, console, args.script.read_text().splitlines())
+        if not sys.stdin.isatty():
+            return await run_script(session, console, sys.stdin.read().splitlines())
+        return await interact(session, console)
     finally:
-        session.close()
+        await session.close()
         await setup.engine.close()
-    return 1 if failures and not interactive else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:  # ConfigError included: a bad key, row or replay index
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C while loading or running a script
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

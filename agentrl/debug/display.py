@@ -1,8 +1,9 @@
 """Debugger: what a person sees of an episode, as rich renderables.
 
 A turn shows the rendered messages, a token table (position, id, loss mask, logprob, text;
-low-probability sampled tokens flagged), the env's reward, status and info, and the budgets
-used. Colours are for terminals; the same text, without them, is the non-interactive transcript.
+low-probability sampled tokens flagged), the env's reward, status and info, the budgets used,
+and a warning when the loop counted a template mismatch (the trained tokens no longer equal a full
+render of the conversation; `--replay` of the saved episode shows where). Colours are for terminals; the same text, without them, is the non-interactive transcript.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from agentrl.engine.protocol import Generation
+from agentrl.debug.session import Candidate
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.rollout.config import Budgets
 from agentrl.rollout.trajectory import Status, Trajectory
@@ -93,6 +94,14 @@ def turn_view(
         parts.append(
             Text(f"reward: {turn.reward:g} (episode {trajectory.reward:g}), finish: {turn.finish_reason}")
         )
+    if trajectory.num_template_mismatches:
+        parts.append(
+            Text(
+                f"template mismatch: the loop counted {trajectory.num_template_mismatches}; the trained "
+                "tokens differ from a full render of the conversation (save, then --replay shows where)",
+                style="bold red",
+            )
+        )
     parts += [
         Text(status_line(trajectory, done)),
         Text(f"info: {json.dumps(trajectory.info, default=str)}"),
@@ -110,10 +119,12 @@ def prompt_view(template: ChatTemplate, trajectory: Trajectory, messages: list[d
     )
 
 
-def candidates_view(template: ChatTemplate, candidates: list[Generation]) -> Table:
-    """k samples of one turn side by side: text, tokens, mean logprob, lowest logprob."""
-    table = Table("#", "text", "tokens", "mean logprob", "min logprob", "finish")
-    for index, generation in enumerate(candidates):
+def candidates_view(template: ChatTemplate, candidates: list[Candidate]) -> Group:
+    """k samples of one turn side by side (text, tokens, logprobs, finish, reward, status), then
+    the env's info for each: why a reward is what it is."""
+    table = Table("#", "text", "tokens", "mean logprob", "min logprob", "finish", "reward", "status")
+    for index, candidate in enumerate(candidates):
+        generation = candidate.generation
         text = template.tokenizer.decode(generation.completion_ids, skip_special_tokens=True)
         mean = sum(generation.logprobs) / max(len(generation.logprobs), 1)
         table.add_row(
@@ -122,6 +133,12 @@ def candidates_view(template: ChatTemplate, candidates: list[Generation]) -> Tab
             str(len(generation.completion_ids)),
             f"{mean:.3f}",
             f"{min(generation.logprobs, default=0.0):.3f}",
-            generation.finish_reason.value,
+            candidate.finish_reason,
+            "-" if candidate.reward is None else f"{candidate.reward:g}",
+            candidate.status,
         )
-    return table
+    infos = [
+        Text(f"{index}: info {json.dumps(candidate.info, default=str)}")
+        for index, candidate in enumerate(candidates)
+    ]
+    return Group(table, *infos)

@@ -1,4 +1,5 @@
-"""Debugger: `--replay FILE --index I` prints a recorded trajectory turn by turn and re-renders it."""
+"""Debugger: `--replay FILE --index I` prints a recorded trajectory turn by turn and checks its tokens
+against a full render of its conversation (`agentrl.debug.replay`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from rich.console import Console
 
 from agentrl.config import Config
 from agentrl.debug import display
-from agentrl.debug.replay import rerender_differences
+from agentrl.debug.replay import RenderCheck, check_render
 from agentrl.model_path import load_tokenizer, resolve_model_path
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.rollout.trajectory import Trajectory
@@ -71,21 +72,45 @@ def replay(dump: Path, index: int, config: Config, console: Console) -> int:
     console.print(
         f"episode reward {trajectory.reward:g}, status {trajectory.status.value}, info {trajectory.info}"
     )
-    differences = rerender_differences(template, opening, tools, trajectory)
-    total = len(trajectory.prompt_ids) + len(trajectory.response_ids)
-    if not differences:
-        console.print(f"re-render: all {total} tokens match what was trained")
-        return 0
-    console.print(
-        f"re-render: {len(differences)} of {total} tokens differ from what was trained", style="bold red"
-    )
-    for difference in differences[:20]:
-        trained = _token(template, difference.trained_id)
-        rendered = _token(template, difference.rendered_id)
+    if trajectory.num_template_mismatches:
         console.print(
-            f"  turn {difference.turn} position {difference.position}: trained {trained}, re-render {rendered}"
+            f"the rollout loop counted {trajectory.num_template_mismatches} template mismatch(es)",
+            style="bold red",
         )
-    return 1
+    check = check_render(template, opening, tools, trajectory)
+    report_check(template, check, console)
+    return 0 if check.mismatch is None else 1
+
+
+def report_check(template: ChatTemplate, check: RenderCheck, console: Console) -> None:
+    """The first token a full render does not reproduce, by turn and position, and what was noted."""
+    for resplit in check.resplits:
+        console.print(
+            f"re-render: turn {resplit.turn} sampled {resplit.num_trained_tokens} token(s) at position "
+            f"{resplit.position} where the render has {resplit.num_rendered_tokens} with the same text "
+            "(the policy's own split)"
+        )
+    if check.num_unrecorded_tokens:
+        console.print(
+            f"re-render: the last {check.num_unrecorded_tokens} sampled tokens belong to no turn "
+            "(the episode ended while the env stepped them); not compared"
+        )
+    mismatch = check.mismatch
+    if mismatch is None:
+        console.print(
+            f"re-render: all {check.num_trained_tokens} tokens match a full render of the conversation"
+        )
+        return
+    where = "the prompt" if mismatch.part == "prompt" else f"turn {mismatch.turn} ({mismatch.part} tokens)"
+    console.print(
+        f"re-render: MISMATCH in {where} at position {mismatch.position}: trained "
+        f"{_token(template, mismatch.trained_id)}, re-render {_token(template, mismatch.rendered_id)}",
+        style="bold red",
+    )
+    console.print(
+        f"  (compared with a full render of {mismatch.render}; {check.num_trained_tokens} tokens were "
+        f"trained, a full render of the whole conversation has {check.num_rendered_tokens})"
+    )
 
 
 def _token(template: ChatTemplate, token_id: int | None) -> str:

@@ -6,13 +6,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentrl.run_files import PathSetting
+
 
 class ModelConfig(BaseModel):
     """The policy's weights and tokenizer, shared by the engine and the policy workers."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    path: str = Field("tiny", description="HF checkpoint dir or hub id; 'tiny' = the bundled offline policy")
+    path: PathSetting = Field(
+        "tiny", description="HF checkpoint dir or hub id; 'tiny' = the bundled offline policy"
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights dtype")
 
 
@@ -37,7 +41,7 @@ class EngineConfig(BaseModel):
     launches (`launch=true` runs `python -m sglang.launch_server`).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     backend: Literal["transformers", "sglang"] = Field(
         "transformers", description="which engine serves rollouts"
@@ -103,7 +107,7 @@ class EngineConfig(BaseModel):
         3, ge=0, description="sglang: retries of a call after a connection failure or 5xx"
     )
     max_connections: int = Field(256, gt=0, description="sglang: open connections to the server at most")
-    weights_dir: str | None = Field(
+    weights_dir: PathSetting | None = Field(
         None,
         description="sglang: where update_weights writes the checkpoint the server loads (a path the server "
         "can read); None = a temporary directory, removed on close",

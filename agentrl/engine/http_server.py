@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from agentrl.engine.protocol import InferenceEngine
 from agentrl.engine.sglang_protocol import (
@@ -37,6 +37,7 @@ from agentrl.engine.sglang_protocol import (
     WireUpdateWeightsFromDisk,
     response_from_generation,
 )
+from agentrl.model_path import load_causal_lm
 
 ENGINE_KEY = web.AppKey("engine", "ServedEngine")
 OPEN_ROUTES = frozenset({"/health"})  # answered without the API key, for load balancers and launchers
@@ -118,7 +119,7 @@ async def generate(request: web.Request) -> web.Response:
 
 def load_checkpoint(path: str, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """A Hugging Face checkpoint directory's weights, keyed like the served model's."""
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).state_dict()
+    return load_causal_lm(path, dtype=dtype).state_dict()
 
 
 async def update_weights_from_disk(request: web.Request) -> web.Response:

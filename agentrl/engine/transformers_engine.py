@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any, Self
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoTokenizer, PreTrainedModel
 
 from agentrl.engine.engine_records import EngineStats, StepRecord, WeightUpdate
 from agentrl.engine.model_runner import ModelRunner
@@ -47,6 +47,7 @@ from agentrl.engine.protocol import FinishReason, Generation, SamplingParams
 from agentrl.engine.request import Request
 from agentrl.engine.sampling import validate_sampling
 from agentrl.engine.scheduler import SHUTDOWN, Scheduler
+from agentrl.model_path import load_causal_lm
 
 # Decode steps launched ahead of the host's reading on CUDA: a few milliseconds of device work
 # that covers the host's shorter pauses. A row finished by a stop token computes that many tokens
@@ -173,7 +174,7 @@ class TransformersEngine:
         cls, path: str, *, dtype: torch.dtype | str | None = None, **engine_kwargs: Any
     ) -> TransformersEngine:
         """Load a Hugging Face checkpoint directory (model + tokenizer) and serve it."""
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype) or "auto")
+        model = load_causal_lm(path, dtype=resolve_dtype(dtype) or "auto")
         return cls(model, AutoTokenizer.from_pretrained(path), **engine_kwargs)
 
     # ---- caller side (any event loop, any thread) ----

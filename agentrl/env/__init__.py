@@ -1,12 +1,13 @@
 """Environment stage: the TextEnv base class, its spaces and the id registry."""
 
 from agentrl.env.base import Message, StepResult, TextEnv
-from agentrl.env.errors import InfraError
+from agentrl.env.errors import EnvAborted, InfraError
 from agentrl.env.registry import Registration, load_object, make, register, registered_ids
 from agentrl.env.spaces import ChatMessages, Text
 
 __all__ = [
     "ChatMessages",
+    "EnvAborted",
     "InfraError",
     "Message",
     "Registration",

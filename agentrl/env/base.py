@@ -38,7 +38,8 @@ class TextEnv(gym.Env):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
     tools: list[dict[str, Any]] | None = None
-    _sync_loop: asyncio.AbstractEventLoop | None = None  # created on the first sync-bridged call
+    _sync_runner: asyncio.Runner | None = None  # the sync bridge's event loop, from its first call
+    _env_loop: Any = None  # the agent loop's env loop its coroutines run on (agentrl.env.calls)
 
     def __init__(self) -> None:
         super().__init__()
@@ -71,9 +72,11 @@ class TextEnv(gym.Env):
         """Release resources; runs `aclose` for an env that overrides only the async variant."""
         if type(self).aclose is not TextEnv.aclose and type(self).close is TextEnv.close:
             self._run_sync(self.aclose())
-        if self._sync_loop is not None:
-            self._sync_loop.close()
-            self._sync_loop = None
+        if self._sync_runner is not None:
+            # Ended as `asyncio.run` ends its loop: the tasks left are cancelled and run their
+            # cleanup first, so what they guard (e.g. the loop's shared sandbox runner) closes.
+            self._sync_runner.close()
+            self._sync_runner = None
 
     # -- async API: what the agent loop awaits --
 
@@ -122,6 +125,6 @@ class TextEnv(gym.Env):
                 f"{type(self).__name__} implements only the async API and an event loop is "
                 "running in this thread: use `await env.areset(...)` / `await env.astep(...)`"
             )
-        if self._sync_loop is None or self._sync_loop.is_closed():
-            self._sync_loop = asyncio.new_event_loop()
-        return self._sync_loop.run_until_complete(coroutine)
+        if self._sync_runner is None:
+            self._sync_runner = asyncio.Runner(loop_factory=asyncio.new_event_loop)
+        return self._sync_runner.run(coroutine)

@@ -18,7 +18,7 @@ class RayConfig(BaseModel):
     load-balancing client of all of them.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     address: str | None = Field(
         None,

@@ -5,13 +5,8 @@ sets each episode's reward after rollout and returns `reward/<name>/mean` and `/
 Ready-made functions are in `agentrl.rewards.builtin`.
 """
 
-from agentrl.rewards.apply import (
-    RewardFunctions,
-    apply_reward_functions,
-    completion_messages,
-    sampled_ids,
-    solution_text,
-)
+from agentrl.rewards.apply import RewardFunctions, apply_reward_functions
+from agentrl.rewards.calls import completion_messages, num_turns, solution_text
 from agentrl.rewards.config import CustomRewardFunction, RewardConfig
 
 __all__ = [
@@ -20,6 +15,6 @@ __all__ = [
     "RewardFunctions",
     "apply_reward_functions",
     "completion_messages",
-    "sampled_ids",
+    "num_turns",
     "solution_text",
 ]

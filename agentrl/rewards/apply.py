@@ -3,17 +3,24 @@
 Runs after rollout and before advantages, and replaces each episode's reward (the env's
 reward is kept in `trajectory.info["env_reward"]`). What each function receives:
 
-- TRL style, one call per batch, keyword arguments as TRL's GRPOTrainer passes them:
-  `prompts` (each row's prompt messages), `completions` (each episode as messages: every
+- TRL style (trl 1.7.0), one call per batch, keyword arguments as TRL's GRPOTrainer passes
+  them: `prompts` (each row's prompt messages), `completions` (each episode as messages: every
   assistant turn followed by the env's reply to it, i.e. tool or user messages),
-  `completion_ids` (the tokens the model sampled), and every other column of the dataset row
-  (`reward_model`, `data_source`, `extra_info`, ...) as a list over the batch. It returns one
-  float or None per sample; None means "not applicable" and is left out of the weighted sum,
-  as TRL's nansum does. A sample where every function returns None gets 0 and one warning.
-- verl style, one call per sample, as verl's reward manager calls it:
-  `compute_score(data_source=, solution_str=, ground_truth=, extra_info=)`, where
-  `solution_str` is the episode's text (turns and replies joined by newlines) and the score is
+  `completion_ids` (every response token: the model's and the env replies' template tokens),
+  every other column of the dataset row (`reward_model`, `data_source`, `extra_info`, ...) as a
+  list over the batch, and `trainer_state`, `log_metric`, `log_extra` (see `calls.py`). It
+  returns one float or None per sample; None means "not applicable" and is left out of the
+  weighted sum, as TRL's nansum does. A sample for which every function returns None is
+  unscorable, as in TRL: it keeps reward 0 but is marked `reward_missing`, so the training loop
+  leaves it out of its group's statistics and gives it advantage 0 (one warning per run).
+- verl style (verl 0.7.0), one call per sample, as verl's reward manager calls it:
+  `compute_score(data_source=, solution_str=, ground_truth=, extra_info=, **reward_kwargs)`,
+  where `solution_str` is the episode's text (turns and replies joined by newlines),
+  `extra_info` the row's plus what verl's agent loop adds (`num_turns`, ...), and the score is
   a number or a dict with a "score" entry.
+
+Either may be an `async def` function; `trainer_state.global_step` is the weight version that
+sampled the batch (the optimizer steps behind it), `max_steps` the run's total.
 
 A function that raises (or returns something else) marks the trajectories it could not score
 as env errors naming the function; they are excluded from training like any env error, and
@@ -26,9 +33,12 @@ import math
 import numbers
 import statistics
 import warnings
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from agentrl.env.validation import DEFAULT_REWARD_BOUND
+from agentrl.rewards.calls import AsyncRunner, CallLog, metric_means, trl_arguments, verl_arguments
 from agentrl.rewards.config import RewardConfig
 from agentrl.rewards.loading import LoadedFunction, load_functions
 from agentrl.rollout.trajectory import Status, Trajectory
@@ -39,17 +49,30 @@ Score = float | None
 class RewardFunctions:
     """The configured reward functions; build once per run, call `apply` after every rollout."""
 
-    def __init__(self, functions: Sequence[LoadedFunction]) -> None:
+    def __init__(
+        self,
+        functions: Sequence[LoadedFunction],
+        max_steps: int = 0,
+        reward_bound: float = DEFAULT_REWARD_BOUND,
+    ) -> None:
         self.functions = list(functions)
+        self.max_steps = max_steps  # trainer_state.max_steps, as TRL passes it
+        self.reward_bound = reward_bound  # rollout.reward_bound: a value outside ±this is an env error
         self._warned_all_none = False
+        self._async = AsyncRunner()
+        self._trainer_state: Any = None
+        self._global_step = 0  # of the batch being scored
 
     @classmethod
-    def from_config(cls, config: RewardConfig) -> RewardFunctions:
+    def from_config(
+        cls, config: RewardConfig, max_steps: int = 0, reward_bound: float = DEFAULT_REWARD_BOUND
+    ) -> RewardFunctions:
         """Import what `config` names; ValueError with the fix when something is missing."""
-        return cls(load_functions(config))
+        return cls(load_functions(config), max_steps, reward_bound)
 
     def apply(self, trajectories: list[Trajectory], rows: dict[int, dict[str, Any]]) -> dict[str, float]:
-        """Set the reward of every non-error trajectory; return `reward/<name>/mean` and `/std`.
+        """Set the reward of every non-error trajectory; return `reward/<name>/mean`, `/std` and
+        the means of what functions passed to `log_metric`.
 
         `rows` maps each trajectory's `group_id` to its dataset row. A no-op without functions.
         """
@@ -57,8 +80,12 @@ class RewardFunctions:
         if not self.functions or not scored:
             return {}
         batch = [rows[t.group_id] for t in scored]
-        scores = {function.name: _scores(function, scored, batch) for function in self.functions}
-        metrics: dict[str, float] = {}
+        self._global_step = max(t.policy_version for t in scored)
+        logged: dict[str, list[float]] = defaultdict(list)
+        scores = {function.name: self._scores(function, scored, batch, logged) for function in self.functions}
+        for function in self.functions:  # before any statistic, which a huge value would overflow
+            scores[function.name] = [self._within_bound(function, value) for value in scores[function.name]]
+        metrics: dict[str, float] = metric_means(logged)
         for function in self.functions:
             values = [value for value in scores[function.name] if isinstance(value, float)]
             if values:
@@ -67,6 +94,80 @@ class RewardFunctions:
         for index, trajectory in enumerate(scored):
             self._set_reward(trajectory, [(f, scores[f.name][index]) for f in self.functions])
         return metrics
+
+    def _within_bound(self, function: LoadedFunction, value: Any) -> Any:
+        """`value`, or a _Failure naming it when it lies outside ±reward_bound."""
+        if isinstance(value, float) and abs(value) > self.reward_bound:
+            bound = self.reward_bound
+            return _Failure(
+                f"reward function {function.name} returned {value!r}, outside "
+                f"rollout.reward_bound=[-{bound:g}, {bound:g}]"
+            )
+        return value
+
+    def _scores(
+        self,
+        function: LoadedFunction,
+        trajectories: list[Trajectory],
+        rows: list[dict],
+        logged: dict[str, list[float]],
+    ) -> list[Any]:
+        """One float, None or _Failure per trajectory."""
+        if function.style == "verl":
+            calls = [
+                verl_arguments(t, row, function.reward_kwargs)
+                for t, row in zip(trajectories, rows, strict=True)
+            ]
+            return [
+                _verl_score(function, outcome) for outcome in self._async.call_all(function.function, calls)
+            ]
+        [batch] = self._trl_calls(function, [(trajectories, rows)], logged)
+        if not isinstance(batch, Exception):
+            return batch
+        # Find which samples the function fails on, one at a time.
+        singles = self._trl_calls(
+            function, [([t], [row]) for t, row in zip(trajectories, rows, strict=True)], logged
+        )
+        return [
+            _Failure(f"reward function {function.name} raised {type(single).__name__}: {single}")
+            if isinstance(single, Exception)
+            else single[0]
+            for single in singles
+        ]
+
+    def _trl_calls(
+        self,
+        function: LoadedFunction,
+        batches: list[tuple[list[Trajectory], list[dict]]],
+        logged: dict[str, list[float]],
+    ) -> list[list[Score] | Exception]:
+        """Call `function` on each batch; a batch's scores, or the exception that failed it."""
+        logs = [CallLog(trajectories) for trajectories, _ in batches]
+        calls = [
+            trl_arguments(trajectories, rows, self._state(), log)
+            for (trajectories, rows), log in zip(batches, logs, strict=True)
+        ]
+        results: list[list[Score] | Exception] = []
+        for (trajectories, _), log, outcome in zip(
+            batches, logs, self._async.call_all(function.function, calls), strict=True
+        ):
+            try:
+                if isinstance(outcome, Exception):
+                    raise outcome
+                results.append(_trl_scores(outcome, len(trajectories)))
+                log.keep(logged)
+            except Exception as error:  # noqa: BLE001 - a user function's failure is that batch's
+                results.append(error)
+        return results
+
+    def _state(self) -> Any:
+        """TRL's `trainer_state`: a transformers TrainerState at the weight version that sampled the batch."""
+        if self._trainer_state is None:
+            from transformers import TrainerState  # only where a TRL-style function needs it
+
+            self._trainer_state = TrainerState(max_steps=self.max_steps)
+        self._trainer_state.global_step = self._global_step
+        return self._trainer_state
 
     def _set_reward(self, trajectory: Trajectory, results: list[tuple[LoadedFunction, Any]]) -> None:
         errors = [result for _, result in results if isinstance(result, _Failure)]
@@ -79,11 +180,13 @@ class RewardFunctions:
             self._warned_all_none = True
             warnings.warn(
                 "every reward function returned None for a sample (group "
-                f"{trajectory.group_id}); its reward is 0. Further such samples are not reported.",
+                f"{trajectory.group_id}); it has no reward and is left out of its group's statistics "
+                "(advantage 0). Further such samples are not reported.",
                 stacklevel=2,
             )
         trajectory.info["env_reward"] = trajectory.reward
         trajectory.reward = math.fsum(weight * value for weight, value in applicable)
+        trajectory.reward_missing = not applicable
 
 
 def apply_reward_functions(
@@ -100,48 +203,18 @@ class _Failure:
         self.message = message
 
 
-def _scores(function: LoadedFunction, trajectories: list[Trajectory], rows: list[dict]) -> list[Any]:
-    """One float, None or _Failure per trajectory."""
-    if function.style == "verl":
-        return [_verl_score(function, t, row) for t, row in zip(trajectories, rows, strict=True)]
-    try:
-        return _trl_scores(function, trajectories, rows)
-    except Exception:  # noqa: BLE001, S110 - find which samples the function fails on, one at a time
-        pass
-    results: list[Any] = []
-    for trajectory, row in zip(trajectories, rows, strict=True):
-        try:
-            results.extend(_trl_scores(function, [trajectory], [row]))
-        except Exception as error:  # noqa: BLE001 - a user function's failure is that sample's env error
-            results.append(
-                _Failure(f"reward function {function.name} raised {type(error).__name__}: {error}")
-            )
-    return results
-
-
-def _trl_scores(function: LoadedFunction, trajectories: list[Trajectory], rows: list[dict]) -> list[Score]:
-    columns = {key: [row.get(key) for row in rows] for key in rows[0] if key != "prompt"}
-    values = function.function(
-        prompts=[row["prompt"] for row in rows],
-        completions=[completion_messages(t) for t in trajectories],
-        completion_ids=[sampled_ids(t) for t in trajectories],
-        **columns,
-    )
-    if not isinstance(values, (list, tuple)) or len(values) != len(trajectories):
+def _trl_scores(values: Any, num_samples: int) -> list[Score]:
+    if not isinstance(values, (list, tuple)) or len(values) != num_samples:
         got = f"{len(values)} values" if isinstance(values, (list, tuple)) else type(values).__name__
-        raise ValueError(f"must return a list of {len(trajectories)} floats or None, got {got}")
+        raise ValueError(f"must return a list of {num_samples} floats or None, got {got}")
     return [_as_score(value) for value in values]
 
 
-def _verl_score(function: LoadedFunction, trajectory: Trajectory, row: dict) -> Any:
+def _verl_score(function: LoadedFunction, outcome: Any) -> Score | _Failure:
     try:
-        score = function.function(
-            data_source=row.get("data_source"),
-            solution_str=solution_text(trajectory),
-            ground_truth=row["reward_model"]["ground_truth"],
-            extra_info=row.get("extra_info"),
-        )
-        return _as_score(score["score"] if isinstance(score, dict) else score)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return _as_score(outcome["score"] if isinstance(outcome, dict) else outcome)
     except Exception as error:  # noqa: BLE001 - a user function's failure is that sample's env error
         return _Failure(f"reward function {function.name} raised {type(error).__name__}: {error}")
 
@@ -152,22 +225,3 @@ def _as_score(value: Any) -> Score:
     if not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"a reward must be a finite number or None, got {value!r}")
     return float(value)
-
-
-def completion_messages(trajectory: Trajectory) -> list[dict[str, Any]]:
-    """The episode as TRL's conversational completion: each assistant turn, then the env's reply."""
-    messages: list[dict[str, Any]] = []
-    for turn in trajectory.turns:
-        messages.append({"role": "assistant", "content": turn.action_text})
-        messages.extend(turn.observation)
-    return messages
-
-
-def sampled_ids(trajectory: Trajectory) -> list[int]:
-    """The response tokens the model sampled (loss mask 1), without observation tokens."""
-    return [token for token, mask in zip(trajectory.response_ids, trajectory.loss_mask, strict=True) if mask]
-
-
-def solution_text(trajectory: Trajectory) -> str:
-    """The episode as one string for verl's `solution_str`: turn texts and replies, newline-joined."""
-    return "\n".join(message["content"] for message in completion_messages(trajectory))

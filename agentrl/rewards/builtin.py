@@ -5,25 +5,26 @@ takes the batch as TRL passes it (`completions` as message lists, dataset column
 lists) and returns one float or None ("not applicable") per sample.
 
 - `boxed_format`: 1.0 when the last assistant turn ends on a well-formed `\\boxed{}` answer;
-- `code_block_format`: 1.0 when the last assistant turn has a fenced Python block that parses;
+- `code_block_format`: 1.0 when the last assistant turn's program (the fenced block the code
+  env would run) is Python that parses;
 - `tool_call_format`: the fraction of the episode's tool calls that are well formed (None
   for an episode without tool calls);
-- `math_accuracy`: 1.0 when the boxed answer equals `reward_model.ground_truth` (math-verify);
+- `math_accuracy`: 1.0 when the boxed answer equals `reward_model.ground_truth` (math-verify in
+  the grader processes the math env uses: an answer too costly to compare is wrong, not a hang);
 - `code_pass_rate`: the fraction of a code task's tests the program passes in the sandbox.
 """
 
 from __future__ import annotations
 
 import ast
-import re
 from typing import Any
 
-from agentrl.rewards.answers import extract_boxed_answer, math_equal
+from agentrl.parsing.code_blocks import extract_program
+from agentrl.parsing.tool_calls import parse_tool_calls
+from agentrl.rewards.answers import Verdict, extract_boxed_answer, shared_grader
 from agentrl.rewards.code_tests import CodePassRate
-from agentrl.rewards.tool_calls import MalformedCall, parse_tool_calls
 
 Messages = list[dict[str, Any]]
-_PYTHON_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
 def final_text(completion: Messages | str) -> str:
@@ -39,7 +40,7 @@ def boxed_format(completions: list[Messages], **kwargs: Any) -> list[float]:
 
 
 def code_block_format(completions: list[Messages], **kwargs: Any) -> list[float]:
-    """1.0 when the final reply has a fenced Python block that parses."""
+    """1.0 when the final reply's program (see `agentrl.parsing.code_blocks`) is Python that parses."""
     return [float(_parses(final_text(c))) for c in completions]
 
 
@@ -48,27 +49,30 @@ def tool_call_format(completions: list[Messages], **kwargs: Any) -> list[float |
     scores: list[float | None] = []
     for completion in completions:
         turns = [m["content"] for m in completion if m["role"] == "assistant"]
-        calls = [call for text in turns for call in parse_tool_calls(text)]
-        well_formed = sum(not isinstance(call, MalformedCall) for call in calls)
-        scores.append(well_formed / len(calls) if calls else None)
+        replies = [parse_tool_calls(text) for text in turns]
+        num_calls = sum(len(reply.calls) for reply in replies)
+        num_well_formed = sum(len(reply.well_formed) for reply in replies)
+        scores.append(num_well_formed / num_calls if num_calls else None)
     return scores
 
 
 def math_accuracy(completions: list[Messages], reward_model: list[dict], **kwargs: Any) -> list[float]:
     """1.0 when the final boxed answer equals the row's `reward_model.ground_truth` (math-verify)."""
+    grader = shared_grader()
     scores = []
     for completion, truth in zip(completions, reward_model, strict=True):
         answer = extract_boxed_answer(final_text(completion))
-        scores.append(float(answer is not None and math_equal(answer, str(truth["ground_truth"]))))
+        correct = answer is not None and grader.grade(answer, str(truth["ground_truth"])) is Verdict.CORRECT
+        scores.append(float(correct))
     return scores
 
 
 def _parses(text: str) -> bool:
-    blocks = _PYTHON_BLOCK.findall(text)
-    if not blocks:
+    program = extract_program(text)
+    if program is None:
         return False
     try:
-        ast.parse(blocks[-1])
+        ast.parse(program)
     except SyntaxError:
         return False
     return True

@@ -2,16 +2,17 @@
 
 A row's `reward_model.ground_truth` (a JSON string or object) holds the tests, in either of
 the layouts the code_sandbox env reads: verl's `{"inputs", "outputs", "fn_name"?}` cases, or
-`{"hidden_tests": [sandbox tests], "entry_point"?, "language"?, "limits"?}`. The program is
-the last fenced code block of the final reply. Reward functions are called synchronously, so
-the sandbox's async executor lives on one private event-loop thread per `CodePassRate`.
+`{"hidden_tests": [sandbox tests], "entry_point"?, "language"?, "limits"?, "preamble"?}`. The
+program is the preamble (e.g. a HumanEval prompt's imports and helpers), then the final reply's
+program, the block the code env would run (`agentrl.parsing.code_blocks`). Reward functions
+are called synchronously, so the sandbox runs on the shared runner (`sandbox.runners`) of one
+private event-loop thread per `CodePassRate`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 import threading
 from concurrent.futures import Future
 from typing import Any
@@ -19,9 +20,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentrl.env.errors import InfraError
+from agentrl.parsing.code_blocks import extract_program
+from sandbox.runners import RunnerSettings, shared_runner
 from sandbox.types import CallTest, Language, RunLimits, RunRequest, StdioTest, Test, Verdict
-
-_FENCED_BLOCK = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n(.*?)```", re.DOTALL)
 
 
 class _JudgedTests(BaseModel):
@@ -31,6 +32,7 @@ class _JudgedTests(BaseModel):
 
     language: Language = Language.PYTHON
     entry_point: str | None = None
+    preamble: str = ""
     hidden_tests: list[Test] = Field(min_length=1)
     limits: RunLimits = Field(default_factory=RunLimits)
 
@@ -57,9 +59,8 @@ class CodePassRate:
 
     def __init__(self, backend: str = "auto", max_concurrency: int | None = None) -> None:
         self.backend = backend
-        self.max_concurrency = max_concurrency
+        self.runner_settings = RunnerSettings(backend=backend, max_concurrency=max_concurrency)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._executor: Any = None
         self._lock = threading.Lock()
 
     def __call__(self, completions: list[Any], reward_model: list[dict], **kwargs: Any) -> list[float]:
@@ -67,16 +68,16 @@ class CodePassRate:
         for completion, truth in zip(completions, reward_model, strict=True):
             tests = judged_tests(truth["ground_truth"])
             text = completion if isinstance(completion, str) else _final_reply(completion)
-            blocks = _FENCED_BLOCK.findall(text)
+            program = extract_program(text, tests.language)
             requests.append(
                 RunRequest(
                     language=tests.language,
-                    code=blocks[-1],
+                    code=tests.preamble + program,
                     tests=tests.hidden_tests,
                     entry_point=tests.entry_point,
                     limits=tests.limits,
                 )
-                if blocks
+                if program is not None
                 else None
             )
         runnable = [request for request in requests if request is not None]
@@ -93,11 +94,8 @@ class CodePassRate:
         return scores
 
     async def _run_many(self, requests: list[RunRequest]) -> list[Any]:
-        if self._executor is None:
-            from sandbox.executor import Executor
-
-            self._executor = await Executor.create(self.backend, self.max_concurrency)
-        return await self._executor.run_many(requests)
+        runner = await shared_runner(self.runner_settings)
+        return await runner.run_many(requests)
 
     def _submit(self, coroutine: Any) -> Future:
         with self._lock:

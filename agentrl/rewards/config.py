@@ -2,6 +2,7 @@
 
     reward.funcs=[my_rewards:format_reward,my_rewards:accuracy_reward] reward.weights=[0.2,1.0]
     reward.custom_reward_function.path=my_reward.py reward.custom_reward_function.name=compute_score
+    reward.custom_reward_function.reward_kwargs.scale=0.5
 
 With neither set, the env's own reward is the episode's reward. Importing this module does not
 import torch, so the config schema loads fast.
@@ -9,22 +10,30 @@ import torch, so the config schema loads fast.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agentrl.run_files import PathSetting
 
 
 class CustomRewardFunction(BaseModel):
     """verl's `custom_reward_function`: a file and the name of its `compute_score`-style function."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    path: str | None = Field(None, description="Python file defining the function; None: not used")
+    path: PathSetting | None = Field(None, description="Python file defining the function; None: not used")
     name: str = Field("compute_score", description="function called as name(data_source, solution_str, ...)")
+    reward_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="extra keyword arguments of every call; they override the per-sample ones, as in verl",
+    )
 
 
 class RewardConfig(BaseModel):
     """Reward functions that replace the env's reward at the end of each episode."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     funcs: list[str] = Field(
         default_factory=list, description="TRL-style reward functions as 'module:function'"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +26,7 @@ class LoadedFunction:
     function: Callable[..., Any]
     weight: float
     style: Literal["trl", "verl"]  # trl: a batch -> list[float | None]; verl: one sample -> score
+    reward_kwargs: dict[str, Any] = field(default_factory=dict)  # verl: merged over each call's arguments
 
 
 def load_functions(config: RewardConfig) -> list[LoadedFunction]:
@@ -39,7 +40,7 @@ def load_functions(config: RewardConfig) -> list[LoadedFunction]:
     custom = config.custom_reward_function
     if custom.path is not None:
         function = _callable(_load_from_file(Path(custom.path), custom.name), f"{custom.path}:{custom.name}")
-        loaded.append(LoadedFunction(custom.name, function, 1.0, "verl"))
+        loaded.append(LoadedFunction(custom.name, function, 1.0, "verl", dict(custom.reward_kwargs)))
     names = [function.name for function in loaded]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:

@@ -1,7 +1,9 @@
 """Rollout stage: one asyncio task runs one episode to its end within the episode's time budget.
 
-The turn-by-turn body is `agentrl.rollout.episode.Episode`; this module bounds its wall time
-and retries episodes whose infrastructure failed.
+The turn-by-turn body is `agentrl.rollout.episode.Episode`; this module builds a fresh env per
+episode, bounds the episode's wall time, closes the env and retries episodes whose
+infrastructure failed. Building and closing run off the agent loop like every env call
+(`agentrl.env.calls`), each within step_timeout_s.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from typing import Any
 
 from agentrl.engine.protocol import InferenceEngine
 from agentrl.env.base import TextEnv
+from agentrl.env.calls import EnvCallTimeout, build_env, call_env
+from agentrl.env.errors import EnvAborted
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.rollout.config import Budgets, Sampling
-from agentrl.rollout.episode import Episode
+from agentrl.rollout.episode import Episode, timeout_status
 from agentrl.rollout.trajectory import Status, Trajectory
 
 __all__ = ["Budgets", "Sampling", "run_episode", "run_episode_with_retries"]
@@ -65,25 +69,34 @@ async def run_episode_with_retries(
 
 
 async def _run_on_fresh_env(make_env: Callable[[], TextEnv], **episode_kwargs: Any) -> Trajectory:
+    timeout_s = episode_kwargs["budgets"].step_timeout_s
     try:
-        env = make_env()
+        env = await build_env(make_env, timeout_s)
     except Exception as exc:  # noqa: BLE001  # an env that cannot be built is this trajectory's env_error
         trajectory = Trajectory(group_id=episode_kwargs["group_id"], prompt_ids=[], status=Status.ENV_ERROR)
-        trajectory.error = f"building the env raised {type(exc).__name__}: {exc}"
+        trajectory.error = f"building the env {_failure(exc)}"
         return trajectory
     try:
         trajectory = await run_episode(env, **episode_kwargs)
     finally:
-        close_error = await _close(env)
+        close_error = await _close(env, timeout_s)
     if close_error is not None:
         trajectory.info["env_close_error"] = close_error
     return trajectory
 
 
-async def _close(env: TextEnv) -> str | None:
+async def _close(env: TextEnv, timeout_s: float) -> str | None:
     """Close the env; what went wrong, or None. A failing close never crashes a finished episode."""
     try:
-        await asyncio.wait_for(env.aclose(), timeout=30)
+        await call_env(env, "close", timeout_s)
     except Exception as exc:  # noqa: BLE001  # recorded on the trajectory by the caller
-        return f"{type(exc).__name__}: {exc}"
+        return _failure(exc)
     return None
+
+
+def _failure(exc: Exception) -> str:
+    if isinstance(exc, EnvCallTimeout):
+        return timeout_status(exc)[1].removeprefix(f"env {exc.method} ")
+    if isinstance(exc, EnvAborted):
+        return f"raised {exc}"
+    return f"raised {type(exc).__name__}: {exc}"

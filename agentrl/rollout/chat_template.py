@@ -5,11 +5,16 @@ template's *delta*: the text the template puts after the model's last sampled to
 end-of-turn newline, the tool/user turn, the next generation prompt) — so the token sequence
 the policy trains on is exactly what it saw when sampling. A template that breaks the prefix
 property (rendering more messages changes the text of earlier ones) is detected and counted.
+
+Special tokens are the template's structure (turn starts and ends, end of text). A sampled turn
+may end on the template's end-of-turn token; any other special token in it cannot be rendered from
+the turn's message, whose text is decoded without special tokens (see `agentrl.rollout.episode`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
@@ -43,6 +48,29 @@ class ChatTemplate:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
+    @cached_property
+    def special_token_ids(self) -> frozenset[int]:
+        """Ids of the tokenizer's special tokens (`<|im_start|>`, `<|im_end|>`, `<|endoftext|>`, ...)."""
+        added = {i for i, token in self.tokenizer.added_tokens_decoder.items() if token.special}
+        return frozenset(added | set(self.tokenizer.all_special_ids))
+
+    @cached_property
+    def end_of_turn_id(self) -> int | None:
+        """The special token the template puts right after an assistant message's text, if any."""
+        marker = "Sentinel reply 8151."  # text no template rewrites
+        opening = [{"role": "user", "content": "Hi."}]
+        finished = self.render([*opening, {"role": "assistant", "content": marker}], None, False)
+        after = self.encode(finished[finished.find(marker) + len(marker) :]) if marker in finished else []
+        return after[0] if after and after[0] in self.special_token_ids else None
+
+    def turn_length(self, completion_ids: list[int]) -> int:
+        """How many sampled tokens form the turn: up to its first special token, kept if it is the
+        template's end-of-turn token (the turn ended there), dropped otherwise."""
+        for index, token_id in enumerate(completion_ids):
+            if token_id in self.special_token_ids:
+                return index + (token_id == self.end_of_turn_id)
+        return len(completion_ids)
+
     def prompt_ids(self, messages: list[Message], tools: list[dict] | None) -> list[int]:
         """Token ids of the opening messages followed by the generation prompt."""
         return self.encode(self.render(messages, tools, generation_prompt=True))
@@ -58,11 +86,14 @@ class ChatTemplate:
 
         `history` ends with the assistant message whose content is the decoded completion.
         """
+        # The sample sits right after the context it was sampled from (a search for its text could
+        # match elsewhere, and cannot place an empty sample).
+        context = self.render(history[:-1], tools, generation_prompt=True)
         closed = self.render(history, tools, generation_prompt=False)
         opened = self.render(history + observation, tools, generation_prompt=True)
         sampled_text = self.tokenizer.decode(completion_ids, skip_special_tokens=False)
-        end_of_sample = closed.rfind(sampled_text) + len(sampled_text) if sampled_text else -1
-        prefix_ok = opened.startswith(closed) and end_of_sample >= len(sampled_text) > 0
+        end_of_sample = len(context) + len(sampled_text)
+        prefix_ok = opened.startswith(closed) and closed.startswith(context + sampled_text)
         if prefix_ok:
             return ObservationDelta(self.encode(opened[end_of_sample:]), prefix_ok=True)
         # Best effort: the tokens the full rendering has beyond the longest common token prefix.

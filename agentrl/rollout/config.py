@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agentrl.env.validation import DEFAULT_REWARD_BOUND
+
 
 @dataclass(frozen=True)
 class Budgets:
@@ -19,8 +21,10 @@ class Budgets:
     max_turns: int
     max_new_tokens_per_turn: int
     max_tokens_per_episode: int  # prompt + response
-    step_timeout_s: float  # one env reset/step call
+    step_timeout_s: float  # one env call: building it, reset, step, close
     episode_timeout_s: float  # the whole episode
+    max_observation_tokens: int = 8192  # one env reply, as template tokens
+    reward_bound: float = DEFAULT_REWARD_BOUND  # a step reward outside ±this is an env error
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class Sampling:
 class ValKwargs(BaseModel):
     """Sampling for held-out evaluation (verl's `rollout.val_kwargs`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     temperature: float = Field(0.0, ge=0.0, description="0 = greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling; < 1 truncates the distribution")
@@ -48,7 +52,7 @@ class ValKwargs(BaseModel):
 class RolloutConfig(BaseModel):
     """How trajectories are sampled: group size, sampling, budgets and failure handling."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     n: int = Field(8, gt=0, description="trajectories per prompt (group size)")
     temperature: float = Field(1.0, description="sampling temperature for training; must be > 0")
@@ -57,8 +61,17 @@ class RolloutConfig(BaseModel):
     max_turns: int = Field(8, gt=0, description="assistant turns per episode (the env usually ends it first)")
     max_new_tokens_per_turn: int = Field(64, gt=0, description="tokens the model may generate in one turn")
     max_tokens_per_episode: int = Field(512, gt=0, description="prompt + response tokens of one episode")
-    step_timeout_s: float = Field(60.0, gt=0, description="limit on one env reset/step call")
+    step_timeout_s: float = Field(
+        60.0, gt=0, description="limit on one env call (building the env, reset, step, close)"
+    )
     episode_timeout_s: float = Field(600.0, gt=0, description="limit on one whole episode")
+    max_observation_tokens: int = Field(
+        8192, gt=0, description="tokens of one env reply; a longer one ends the episode truncated_observation"
+    )
+    reward_bound: float = Field(
+        DEFAULT_REWARD_BOUND, gt=0, le=1e100,
+        description="a reward (env step or reward function) outside [-bound, bound] is that episode's env_error",
+    )  # fmt: skip
     max_infra_retries: int = Field(
         2, ge=0, description="reruns (same task and seed) of an episode that ended engine_error/sandbox_error"
     )
@@ -98,6 +111,8 @@ class RolloutConfig(BaseModel):
             max_tokens_per_episode=self.max_tokens_per_episode,
             step_timeout_s=self.step_timeout_s,
             episode_timeout_s=self.episode_timeout_s,
+            max_observation_tokens=self.max_observation_tokens,
+            reward_bound=self.reward_bound,
         )
 
     def sampling(self) -> Sampling:

@@ -15,7 +15,9 @@ class Status(str, enum.Enum):
     TRUNCATED_TURNS = "truncated_turns"  # rollout.max_turns reached
     TRUNCATED_TOKENS = "truncated_tokens"  # episode token budget (or context) exhausted
     TRUNCATED_TIME = "truncated_time"  # per-step or per-episode timeout
-    ENV_ERROR = "env_error"  # the env raised
+    # An observation over rollout.max_observation_tokens: a budget, so trainable like truncated_tokens.
+    TRUNCATED_OBSERVATION = "truncated_observation"
+    ENV_ERROR = "env_error"  # the env raised, returned a malformed value, or blocked its event loop
     ENGINE_ERROR = "engine_error"  # the inference engine raised
     SANDBOX_ERROR = "sandbox_error"  # the sandbox failed (not the program)
 
@@ -59,6 +61,7 @@ class Trajectory:
     num_infra_retries: int = 0  # reruns after engine_error/sandbox_error before this result
     info: dict[str, Any] = field(default_factory=dict)
     advantage: float | None = None  # set by the training loop for trajectories it trains on
+    reward_missing: bool = False  # every reward function returned None: out of group statistics (as TRL)
 
     def to_json(self) -> dict[str, Any]:
         record = asdict(self)

@@ -10,7 +10,7 @@ from agentrl.algorithms.config import LossAggMode, parse_kl_kind
 class OptimConfig(BaseModel):
     """AdamW settings of the policy."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     lr: float = Field(1e-6, gt=0, description="Peak learning rate.")
     weight_decay: float = Field(0.01, ge=0, description="AdamW decoupled weight decay.")
@@ -21,7 +21,7 @@ class OptimConfig(BaseModel):
 class ActorConfig(BaseModel):
     """PPO update of the policy: batching, clipping, KL and entropy terms, loss aggregation."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     ppo_mini_batch_size: int = Field(
         16, ge=1, description="Prompts (groups) per optimizer step; times rollout.n sequences, as in verl."

@@ -31,6 +31,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from agentrl.run_files import fsync_path, write_atomically
 from agentrl.trainer.distributed import barrier
 from agentrl.trainer.policy_worker import PolicyWorker
 
@@ -39,20 +40,12 @@ LATEST = "latest"
 _IMPLEMENTATION = ("fused", "foreach", "capturable", "differentiable")  # AdamW options, not state
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _fsync_tree(root: Path) -> None:
     """Flush every file and directory under `root` (and root itself) to disk."""
     for directory, _, files in os.walk(root):
         for name in files:
-            _fsync_path(Path(directory) / name)
-        _fsync_path(Path(directory))
+            fsync_path(Path(directory) / name)
+        fsync_path(Path(directory))
 
 
 def _write_json(path: Path, value: Any) -> None:
@@ -112,11 +105,7 @@ def _publish(staging: Path, final: Path, keep: int) -> None:
     if final.exists():  # the same step saved again: the new save wins
         shutil.rmtree(final)
     os.rename(staging, final)
-    pointer = root / f"{LATEST}.tmp"
-    pointer.write_text(final.name + "\n")
-    _fsync_path(pointer)
-    os.replace(pointer, root / LATEST)
-    _fsync_path(root)
+    write_atomically(root / LATEST, final.name + "\n")
     for step in checkpoint_steps(root.parent)[:-keep]:
         shutil.rmtree(_step_dir(root.parent, step))
     for leftover in root.glob("step_*.tmp"):  # saves killed mid-write

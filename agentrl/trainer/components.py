@@ -94,7 +94,10 @@ def build_trainer(config: Config, run_dir: Path, engine: InferenceEngine | None 
     if not sys.stderr.isatty():  # progress bars belong on a terminal, not in a log file
         transformers.utils.logging.disable_progress_bar()
     make_env = build_env_factory(config)
-    reward_functions = RewardFunctions.from_config(config.reward)  # a bad reference fails before any work
+    # A bad reference fails before any work.
+    reward_functions = RewardFunctions.from_config(
+        config.reward, config.trainer.total_training_steps, config.rollout.reward_bound
+    )
     data = load_task_data(config)
     if data.note:
         print(data.note, flush=True)

@@ -20,6 +20,7 @@ BUDGET_KNOBS = {
     Status.TRUNCATED_TURNS: "rollout.max_turns",
     Status.TRUNCATED_TOKENS: "rollout.max_tokens_per_episode (or max_new_tokens_per_turn)",
     Status.TRUNCATED_TIME: "rollout.step_timeout_s / rollout.episode_timeout_s",
+    Status.TRUNCATED_OBSERVATION: "rollout.max_observation_tokens (or make the env's observations shorter)",
 }
 MOST = 0.5
 

@@ -369,10 +369,11 @@ class Trainer:
 
 
 def _group_tensors(trajectories: list[Trajectory]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rewards [N] (float64), group ids [N] and validity [N] (False for error statuses)."""
+    """Rewards [N] (float64), group ids [N] and validity [N] (False for error statuses and for
+    episodes no reward function could score)."""
     rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float64)
     group_ids = torch.tensor([t.group_id for t in trajectories])
-    valid = torch.tensor([not t.status.is_error for t in trajectories])
+    valid = torch.tensor([not t.status.is_error and not t.reward_missing for t in trajectories])
     return rewards, group_ids, valid
 
 

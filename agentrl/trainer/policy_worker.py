@@ -18,9 +18,9 @@ import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
-from transformers import AutoModelForCausalLM
 
 from agentrl.compiled_layers import compile_layer, decoder_layers
+from agentrl.model_path import load_causal_lm
 from agentrl.trainer.actor_config import ActorConfig
 from agentrl.trainer.batch import TrainBatch
 from agentrl.trainer.distributed import all_gather_rows, all_reduce_sum, barrier, init_distributed
@@ -89,7 +89,7 @@ class PolicyWorker:
         attention = (
             {"attn_implementation": register_document_attention()} if self.actor.sequence_packing else {}
         )
-        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32, **attention)
+        model = load_causal_lm(self.model_path, dtype=torch.float32, **attention)
         model.to(self.context.device)
         model.eval()  # no dropout: old, new and reference logprobs must agree on identical weights
         model.requires_grad_(self.trainable)

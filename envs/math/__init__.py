@@ -1,7 +1,7 @@
 """The math environment: arithmetic and competition math answered in `\\boxed{}`."""
 
+from agentrl.rewards.answers import AnswerGrader, Verdict
 from envs.math.env import FEEDBACK, MathEnv
-from envs.math.grader import AnswerGrader, Verdict
 from envs.math.reward import MathScore, extract_boxed_answer, score_reply
 
 __all__ = [

@@ -9,16 +9,17 @@ the episode terminates when an answer is correct or the attempts are used up.
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
-from agentrl.data import task_of_row
 from agentrl.env import Message, StepResult, TextEnv
+from agentrl.env.task import Episode, check_finite, check_int, check_int_range, start_task
+from agentrl.rewards.answers import AnswerGrader, shared_grader
 from envs.math import synthetic
-from envs.math.grader import AnswerGrader, shared_grader
 from envs.math.reward import score_reply
 
+# What a wrong attempt is told. The tiny policy learned to retry after exactly this text (its
+# corpus imports it), so a change here means rebuilding the policy.
 FEEDBACK = "Your answer is incorrect. Try again."
 
 
@@ -40,53 +41,39 @@ class MathEnv(TextEnv):
         grader: AnswerGrader | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ValueError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
-        if not isinstance(format_reward, (int, float)) or not math.isfinite(format_reward):
-            raise ValueError(f"format_reward must be a finite number (e.g. 0.1), got {format_reward!r}")
-        if synthetic_difficulty not in range(1, synthetic.MAX_DIFFICULTY + 1):
-            raise ValueError(
-                f"synthetic_difficulty must be 1..{synthetic.MAX_DIFFICULTY}, got {synthetic_difficulty!r}"
-            )
-        self.max_attempts = max_attempts
-        self.format_reward = float(format_reward)
-        self.synthetic_difficulty = synthetic_difficulty
+        self.max_attempts = check_int("max_attempts", max_attempts, minimum=1)
+        self.format_reward = check_finite("format_reward", format_reward, example="0.1")
+        self.synthetic_difficulty = check_int_range(
+            "synthetic_difficulty", synthetic_difficulty, 1, synthetic.MAX_DIFFICULTY
+        )
         self._grader = grader
-        self._ground_truth: str | None = None
-        self._num_attempts = 0
-        self._done = False
+        self._ground_truth = ""
+        self._episode = Episode(self)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[list[Message], dict[str, Any]]:
-        super().reset(seed=seed)
-        row = options if options else self._synthetic_row()
-        messages, ground_truth = task_of_row(row, "MathEnv.reset options")
+        messages, ground_truth = start_task(self, seed, options, self._synthetic_row)
         self._ground_truth = str(ground_truth)
-        self._num_attempts = 0
-        self._done = False
+        self._episode.begin()
         return messages, {"ground_truth": self._ground_truth}
 
     def step(self, action: str) -> StepResult:
-        if self._ground_truth is None or self._done:
-            raise RuntimeError(
-                "MathEnv.step called before reset or after the episode ended; call reset first"
-            )
+        num_attempts = self._episode.next_turn()
         grader = self._grader if self._grader is not None else shared_grader()
         score = score_reply(action, self._ground_truth, format_reward=self.format_reward, grader=grader)
-        self._num_attempts += 1
-        self._done = score.correct or self._num_attempts >= self.max_attempts
-        observation = [] if self._done else [{"role": "user", "content": FEEDBACK}]
+        done = score.correct or num_attempts >= self.max_attempts
+        if done:
+            self._episode.end()
+        observation = [] if done else [{"role": "user", "content": FEEDBACK}]
         info = {
             "correct": score.correct,
             "extracted_answer": score.extracted_answer,
             "verdict": None if score.verdict is None else score.verdict.value,
-            "num_attempts": self._num_attempts,
+            "num_attempts": num_attempts,
         }
-        return observation, score.reward, self._done, False, info
+        return observation, score.reward, done, False, info
 
-    def _synthetic_row(self) -> dict[str, Any]:
-        # Drawn from np_random so that reset(seed=s) always poses the same task.
-        rng = random.Random(int(self.np_random.integers(2**63)))
+    def _synthetic_row(self, rng: random.Random) -> dict[str, Any]:
         expression = synthetic.make_expression(rng, self.synthetic_difficulty)
         return synthetic.make_row(expression, index=0, split="synthetic")

@@ -2,16 +2,16 @@
 
 The answer is the content of the LAST `\\boxed{...}` in the reply (braces balanced, nested
 braces allowed, escaped `\\{`/`\\}` ignored). Correctness is math_verify equivalence with the
-ground truth (see `grader.py`); the reward is 1.0 if correct, plus `format_reward` whenever a
-well-formed, non-empty boxed answer is present.
+ground truth, decided by `agentrl.rewards.answers.AnswerGrader` (the grader of the `math_accuracy`
+reward too); the reward is 1.0 if correct, plus `format_reward` whenever a well-formed, non-empty
+boxed answer is present.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentrl.rewards.answers import extract_boxed_answer
-from envs.math.grader import AnswerGrader, Verdict
+from agentrl.rewards.answers import AnswerGrader, Verdict, extract_boxed_answer
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from envs.math.env import FEEDBACK as RETRY_FEEDBACK
 from envs.math.synthetic import MAX_DIFFICULTY, make_expression, make_row
 from envs.tiny_policy.code_tasks import make_code_conversation
 
 SPLIT = "sft"
-RETRY_FEEDBACK = "Your answer is incorrect. Try again."
 CALCULATOR_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {

@@ -1,6 +1,7 @@
 """Environment stage: the tool_calling env, tools called in the chat template's format.
 
-Each turn the model either calls tools (one or more `<tool_call>` blocks; each result comes
+Each turn the model either calls tools (one or more `<tool_call>` blocks, parsed by
+`agentrl.parsing.tool_calls` as the rewards and `check_template` parse them; each result comes
 back as a `tool` message and the episode goes on) or answers (a reply with no tool call ends
 the episode and its `\\boxed{}` answer is graded). Malformed calls, unknown tools, bad
 arguments, tools that raise and tools that time out are all answered with a `tool` message
@@ -18,10 +19,10 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentrl.data import task_of_row
 from agentrl.env import Message, StepResult, TextEnv, load_object
-from agentrl.rewards.tool_calls import MalformedCall, ToolCall, parse_tool_calls
-from envs.math.grader import AnswerGrader, Verdict, shared_grader
+from agentrl.env.task import Episode, check_int, start_task
+from agentrl.parsing.tool_calls import MalformedCall, ToolCall, parse_tool_calls
+from agentrl.rewards.answers import AnswerGrader, Verdict, shared_grader
 from envs.math.reward import extract_boxed_answer
 from envs.tool_calling import synthetic
 from envs.tool_calling.calculator import calculator
@@ -40,7 +41,7 @@ class ToolCallingEnv(TextEnv):
         tools: built-in names ("calculator", "search", "python"), "module:function" references,
             functions or `Tool`s; their order is the order the chat template lists them in.
         tool_timeout_s: wall-clock limit on one call of any tool.
-        sandbox_backend: where the `python` tool runs programs ("auto", "docker", "bwrap", ...).
+        sandbox_backend: where the `python` tool runs programs: "auto", "docker" or "bwrap".
         python_time_limit_s: CPU-time limit of one program of the `python` tool.
         max_calls_per_turn: calls executed from one reply; the rest get an error message.
         synthetic_tasks: task families drawn when reset gets no row (see envs.tool_calling.synthetic).
@@ -58,8 +59,7 @@ class ToolCallingEnv(TextEnv):
         grader: AnswerGrader | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(max_calls_per_turn, int) or max_calls_per_turn < 1:
-            raise ValueError(f"max_calls_per_turn must be an integer >= 1, got {max_calls_per_turn!r}")
+        self.max_calls_per_turn = check_int("max_calls_per_turn", max_calls_per_turn, minimum=1)
         if not tools:
             raise ValueError(f"tools must name at least one tool, e.g. {list(BUILTIN_TOOLS)}; got {tools!r}")
         synthetic.generate(1, seed=0, tasks=synthetic_tasks)  # fails now, naming the bad task, not at reset
@@ -71,32 +71,28 @@ class ToolCallingEnv(TextEnv):
                 raise ValueError(f"two tools are named {tool.name!r}; tool names must be unique")
             self._tools[tool.name] = tool
         self.tools = [tool.schema for tool in self._tools.values()]
-        self.max_calls_per_turn = max_calls_per_turn
         self.synthetic_tasks = tuple(synthetic_tasks)
         self._grader = grader
-        self._ground_truth: str | None = None
-        self._done = False
+        self._ground_truth = ""
+        self._episode = Episode(self)
         self._counts: dict[str, int] = {}
 
     async def areset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[list[Message], dict[str, Any]]:
-        self.seed_rng(seed)
-        row = options if options else self._synthetic_row()
-        messages, ground_truth = task_of_row(row, "ToolCallingEnv.reset options")
+        messages, ground_truth = start_task(self, seed, options, self._synthetic_row)
         self._ground_truth = str(ground_truth)
-        self._done = False
+        self._episode.begin()
         self._counts = {"num_tool_calls": 0, "num_tool_errors": 0} | {
             f"calls_{name}": 0 for name in self._tools
         }
         return messages, {"ground_truth": self._ground_truth}
 
     async def astep(self, action: str) -> StepResult:
-        if self._ground_truth is None or self._done:
-            raise RuntimeError("ToolCallingEnv.step called before reset or after the episode ended")
-        calls = parse_tool_calls(action)
+        self._episode.next_turn()
+        calls = parse_tool_calls(action).calls
         if not calls:
-            self._done = True
+            self._episode.end()
             answer = extract_boxed_answer(action)
             correct = answer is not None and await self._is_correct(answer)
             return [], float(correct), True, False, self._info(correct, answer)
@@ -140,16 +136,14 @@ class ToolCallingEnv(TextEnv):
         return info
 
     async def _is_correct(self, answer: str) -> bool:
-        assert self._ground_truth is not None
         if not _is_number(self._ground_truth):
             return _normalize(answer) == _normalize(self._ground_truth)
         grader = self._grader if self._grader is not None else shared_grader()
         verdict = await asyncio.to_thread(grader.grade, answer, self._ground_truth)
         return verdict is Verdict.CORRECT
 
-    def _synthetic_row(self) -> dict[str, Any]:
-        # Drawn from np_random so that reset(seed=s) always poses the same task.
-        seed = random.Random(int(self.np_random.integers(2**63))).randrange(2**31)
+    def _synthetic_row(self, rng: random.Random) -> dict[str, Any]:
+        seed = rng.randrange(2**31)
         task = self.synthetic_tasks[int(self.np_random.integers(len(self.synthetic_tasks)))]
         return synthetic.generate(1, seed=seed, split="synthetic", tasks=[task])[0]
 

@@ -5,13 +5,13 @@ kwargs) and the model reads what it printed. The executor is async, so a running
 blocks the event loop that steps other episodes. A program that fails is the model's doing and
 comes back as text; a sandbox that cannot run it (verdict SANDBOX_ERROR) raises `InfraError`.
 
-Executors are shared per (backend, event loop): a warm Docker pool or bwrap set-up serves every
-episode of a process instead of one per episode, and asyncio objects stay on their own loop.
+The tool judges on the running event loop's shared runner (`sandbox.runners`): a warm Docker
+pool or bwrap set-up serves every episode on the loop instead of one per episode, and it closes
+when the loop ends.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
@@ -19,41 +19,26 @@ from pydantic import Field
 
 from agentrl.env import InfraError
 from envs.tool_calling.tools import ToolTimeoutError
-from sandbox.executor import Executor
+from sandbox.runners import RunnerSettings, shared_runner
 from sandbox.types import Language, RunLimits, RunRequest, Verdict
 
 OUTPUT_LIMIT_CHARS = 2000  # of stdout/stderr shown to the model; more only costs context
 
-_executors: dict[tuple[str, int], Executor] = {}
-_executors_lock = asyncio.Lock()
-
-
-async def shared_executor(backend: str) -> Executor:
-    """The executor of `backend` for the running event loop, created on first use."""
-    key = (backend, id(asyncio.get_running_loop()))
-    async with _executors_lock:
-        if key not in _executors:
-            _executors[key] = await Executor.create(backend)
-        return _executors[key]
-
-
-async def close_shared_executors() -> None:
-    """Close the executors created on the running event loop (e.g. at the end of a test)."""
-    loop_id = id(asyncio.get_running_loop())
-    for key in [key for key in _executors if key[1] == loop_id]:
-        await _executors.pop(key).close()
-
 
 def make_python_tool(backend: str = "auto", time_limit_s: float = 5.0) -> Callable[[str], Awaitable[str]]:
     """The `python` tool function, running programs on `backend` for at most `time_limit_s` CPU seconds."""
+    settings = RunnerSettings(backend=backend)  # a backend the sandbox does not know fails here
 
     async def python(
         code: Annotated[str, Field(description="a whole program that print()s the result")],
     ) -> str:
         """Run a Python 3 program; returns what it printed (stdout, then stderr if any)."""
-        executor = await shared_executor(backend)
+        try:
+            runner = await shared_runner(settings)
+        except Exception as error:
+            raise InfraError(f"the python sandbox ({backend}) could not start: {error}") from error
         request = RunRequest(language=Language.PYTHON, code=code, limits=RunLimits(time_s=time_limit_s))
-        response = await executor.run(request)
+        response = await runner.run(request)
         if response.verdict is Verdict.SANDBOX_ERROR:
             raise InfraError(f"the python sandbox ({backend}) failed: {response.sandbox_error}")
         if response.verdict is Verdict.TLE:

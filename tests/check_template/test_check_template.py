@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 from transformers import AutoTokenizer
 
 from agentrl.check_template import check_template, conversations, renders_tools
 from agentrl.check_template.__main__ import main
-from agentrl.check_template.tool_calls import ToolCall, parse_tool_calls
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
 
@@ -143,13 +141,6 @@ def test_a_template_without_a_generation_prompt_is_a_violation():
     )
     report = check_template(template_with(source), [IM_END], conversations(with_tools=False))
     assert report.violations[0].check == "generation_prompt"
-
-
-def test_tool_calls_parse_as_strict_json_and_never_evaluate():
-    text = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2 + 2"}}\n</tool_call>'
-    assert parse_tool_calls(text) == [ToolCall("calculator", {"expression": "2 + 2"})]
-    with pytest.raises(ValueError, match="tool call 0 is not valid JSON"):
-        parse_tool_calls("<tool_call>{'name': __import__('os').getcwd()}</tool_call>")
 
 
 def test_the_command_exits_0_on_the_tiny_policy_and_1_on_a_broken_template(tmp_path, capsys):

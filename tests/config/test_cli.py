@@ -28,7 +28,7 @@ def test_help_lists_every_config_groups_presets():
     result = run_cli("--help")
     assert result.returncode == 0
     assert (
-        "Presets: engine=sglang|transformers; env=code_sandbox|custom|math|tool_calling; model=tiny."
+        "Presets: engine=sglang|transformers; env=code_sandbox|custom|math|multiturn|tool_calling; model=tiny."
         in " ".join(result.stdout.split())  # argparse wraps the epilog to the terminal's width
     )
 

@@ -36,6 +36,6 @@ def test_presets_and_the_default_policy_work_from_an_installed_package(tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     presets = sorted(path.stem for path in (REPO / "configs" / "env").glob("*.yaml"))
-    assert lines[0] == f"examples.custom_env:WordArithmeticEnv {presets} True"
+    assert lines[0] == f"examples.custom_env:TimesTableEnv {presets} True"
     assert lines[1].startswith(str(target))
     assert lines[2].startswith(str(target))  # the examples a preset names are installed too

@@ -88,9 +88,18 @@ def test_a_truncated_sampling_distribution_is_warned_about():
     assert load_config(["rollout.top_k=20"]).warnings() != []
 
 
-def test_files_and_a_generator_together_are_rejected():
+def test_train_files_typed_over_a_generating_preset_replace_its_generator_with_a_note(capsys):
+    config = load_config(["env=math", "data.train_files=[a.jsonl]", "data.val_files=[b.jsonl]"])
+    assert (config.data.train_files, config.data.val_files) == (["a.jsonl"], ["b.jsonl"])
+    assert (config.data.generator, config.data.generator_kwargs) == (None, {})
+    assert capsys.readouterr().err == (
+        "note: data.train_files replaces the preset's data.generator=envs.math.synthetic:generate\n"
+    )
+
+
+def test_files_and_a_generator_both_typed_are_rejected():
     with pytest.raises(ConfigError, match="data.train_files and data.generator are both set"):
-        load_config(["data.train_files=[a.jsonl]"])
+        load_config(["data.train_files=[a.jsonl]", "data.generator=envs.math.synthetic:generate"])
 
 
 def test_every_setting_says_what_it_means():

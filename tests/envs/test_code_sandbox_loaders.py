@@ -1,14 +1,20 @@
+import ast
+import asyncio
+import gzip
 import json
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
 from agentrl.data import load_rows
+from agentrl.env import make
 from agentrl.testing import play
-from envs.code_sandbox import CodeSandboxEnv, runners
+from envs.code_sandbox import CodeSandboxEnv
 from envs.code_sandbox.convert import main as convert
 from envs.code_sandbox.loaders import load_apps, load_codecontests, load_humaneval, load_mbpp, load_verl
 from envs.code_sandbox.task import CodeTask
+from sandbox import runners
 from sandbox.types import AssertTest, CallTest, StdioTest
 
 module_loop = pytest.mark.asyncio(loop_scope="module")
@@ -50,13 +56,37 @@ def task_of(row: dict) -> CodeTask:
     return CodeTask.model_validate_json(row["reward_model"]["ground_truth"])
 
 
-def test_a_humaneval_record_becomes_one_hidden_check_with_the_prompts_imports_as_preamble(tmp_path):
+def test_a_humaneval_record_becomes_one_hidden_check_with_the_prompt_before_its_function_as_preamble(
+    tmp_path,
+):
     [row] = load_humaneval(write_jsonl(tmp_path / "he.jsonl", [HUMANEVAL]))
     task = task_of(row)
-    assert (task.entry_point, task.preamble, task.visible_tests) == ("total", "from typing import List\n", [])
-    assert task.hidden_tests == [AssertTest(code=HUMANEVAL["test"] + "\ncheck(total)\n")]
+    assert (task.entry_point, task.preamble, task.visible_tests) == (
+        "total",
+        "from typing import List\n\n\n",
+        [],
+    )
+    assert task.hidden_tests == [
+        AssertTest(code="from typing import List\n\n\n" + HUMANEVAL["test"] + "\ncheck(total)\n")
+    ]
     assert row["prompt"][0]["content"].endswith("```python\n" + HUMANEVAL["prompt"] + "```")
     assert (row["data_source"], row["extra_info"]) == ("humaneval", {"index": 0, "task_id": "HumanEval/0"})
+
+
+HELPER_PROMPT = (
+    "import math\n\n\ndef poly(xs: list, x: float):\n    return sum(c * x**i for i, c in enumerate(xs))\n\n\n"
+    'def find_zero(xs: list):\n    """A zero of poly(xs)."""\n'
+)
+
+
+def test_a_humaneval_preamble_keeps_the_helpers_the_prompt_defines_before_the_asked_function(tmp_path):
+    record = {**HUMANEVAL, "prompt": HELPER_PROMPT, "entry_point": "find_zero"}
+    [row] = load_humaneval(write_jsonl(tmp_path / "he.jsonl", [record]))
+    assert task_of(row).preamble == HELPER_PROMPT.split("def find_zero")[0]
+    with pytest.raises(
+        ValueError, match="he.jsonl row 0: column 'prompt' does not define the entry point 'zero'"
+    ):
+        load_humaneval(write_jsonl(tmp_path / "he.jsonl", [{**record, "entry_point": "zero"}]))
 
 
 def test_an_mbpp_record_shows_its_first_assert_and_hides_all_of_them(tmp_path):
@@ -184,3 +214,59 @@ async def test_converted_rows_of_every_layout_reward_their_reference_solution(tm
     verl = verl_row(json.dumps({"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]}))
     rewards["verl"] = (await play(env, (f"```python\n{solutions['apps']}```",), row=verl)).total_reward
     assert rewards == {"humaneval": 1.0, "mbpp": 1.0, "apps": 1.0, "codecontests": 1.0, "verl": 1.0}
+
+
+@module_loop
+async def test_a_humaneval_reply_with_only_the_asked_function_may_call_the_prompts_helper(tmp_path, env):
+    test = "def check(candidate):\n    assert abs(poly([-2, 0, 1], candidate([-2, 0, 1]))) < 1e-6\n"
+    record = {**HUMANEVAL, "prompt": HELPER_PROMPT, "entry_point": "find_zero", "test": test}
+    [row] = load_humaneval(write_jsonl(tmp_path / "he.jsonl", [record]))
+    solution = (
+        "def find_zero(xs: list):\n    low, high = 0.0, 10.0\n    for _ in range(100):\n"
+        "        middle = (low + high) / 2\n"
+        "        if poly(xs, low) * poly(xs, middle) <= 0:\n            high = middle\n"
+        "        else:\n            low = middle\n    return low\n"
+    )
+    episode = await play(env, (f"```python\n{solution}```",), row=row)
+    assert episode.total_reward == 1.0
+    # The test's `poly` is the prompt's: a wrong answer cannot bring a `poly` that agrees with it.
+    forged = "def poly(xs, x):\n    return 0\n\ndef find_zero(xs):\n    return 12345.0\n"
+    assert (await play(env, (f"```python\n{forged}```",), row=row)).total_reward == 0.0
+
+
+HUMANEVAL_DATA = Path(__file__).parents[1] / "sandbox" / "data" / "HumanEval.jsonl.gz"
+
+
+def only_the_asked_function(problem: dict) -> str:
+    """The entry point's definition alone, as a model that leaves out the prompt's helpers writes it."""
+    source = problem["prompt"] + problem["canonical_solution"]
+    [function] = [
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef) and node.name == problem["entry_point"]
+    ]
+    return ast.get_source_segment(source, function) + "\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_every_humaneval_canonical_solution_earns_reward_one_through_the_code_env(tmp_path, backend):
+    """HumanEval/10, /32, /38 and /50 call a helper that only the prompt defines."""
+    with gzip.open(HUMANEVAL_DATA, "rt", encoding="utf-8") as data:
+        problems = [json.loads(line) for line in data]
+    rows = load_humaneval(write_jsonl(tmp_path / "HumanEval.jsonl", problems))
+
+    async def rewards() -> list[float]:
+        async def one(problem: dict, row: dict) -> float:
+            env = make("code_sandbox", backend=backend, max_concurrency=2)
+            reply = f"```python\n{only_the_asked_function(problem)}```"
+            return (await play(env, (reply,), row=row)).total_reward
+
+        try:
+            return await asyncio.gather(*(one(problem, row) for problem, row in zip(problems, rows)))
+        finally:
+            await runners.close_all()
+
+    earned = asyncio.run(rewards())
+    below_one = [(problem["task_id"], reward) for problem, reward in zip(problems, earned) if reward != 1.0]
+    assert (len(earned), below_one) == (164, [])

@@ -7,8 +7,9 @@ import pytest
 import pytest_asyncio
 
 from agentrl.testing import Probe, code_probes, play
-from envs.code_sandbox import CodeSandboxEnv, runners
+from envs.code_sandbox import CodeSandboxEnv
 from envs.code_sandbox.task import CodeTask
+from sandbox import runners
 from sandbox.types import AssertTest, CallTest, RunLimits
 
 module_loop = pytest.mark.asyncio(loop_scope="module")

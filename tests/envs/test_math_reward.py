@@ -3,7 +3,7 @@ import threading
 
 import pytest
 
-from envs.math.grader import AnswerGrader, Verdict, shared_grader
+from agentrl.rewards.answers import AnswerGrader, Verdict, shared_grader
 from envs.math.reward import extract_boxed_answer, score_reply
 
 

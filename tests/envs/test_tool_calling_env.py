@@ -1,5 +1,6 @@
 """The tool_calling env: every malformed call is answered with a tool message and the episode goes on."""
 
+import asyncio
 import json
 import time
 from typing import Annotated
@@ -13,6 +14,7 @@ from envs.tiny_policy.corpus import CALCULATOR_TOOL
 from envs.tool_calling import Tool, ToolCallingEnv
 from envs.tool_calling.retrieval import world
 from envs.tool_calling.synthetic import generate
+from sandbox.executor import Executor
 
 ROW = {
     "data_source": "test",
@@ -247,6 +249,53 @@ def test_the_python_tool_runs_programs_in_the_sandbox():
     assert first_observation(env, call("python", {"code": "while True: pass"})) == [
         "Error: python timed out (the program ran past its 2 s CPU limit)."
     ]
+
+
+@pytest.fixture
+def live_executors(monkeypatch):
+    """The sandbox executors created and not yet closed, whoever owns them."""
+    live = set()
+    create, close = Executor.create.__func__, Executor.close
+
+    async def counted_create(cls, *args, **kwargs):
+        executor = await create(cls, *args, **kwargs)
+        live.add(executor)
+        return executor
+
+    async def counted_close(self):
+        live.discard(self)
+        await close(self)
+
+    monkeypatch.setattr(Executor, "create", classmethod(counted_create))
+    monkeypatch.setattr(Executor, "close", counted_close)
+    return live
+
+
+PRINT_ONE = call("python", {"code": "print(1)"})
+
+
+def test_the_python_tool_of_closed_sync_envs_leaves_no_sandbox_executor_behind(live_executors):
+    # Each env's sync API runs on an event loop of its own, which ends when the env closes.
+    for _ in range(3):
+        env = ToolCallingEnv(tools=["python"], sandbox_backend="bwrap")
+        env.reset(options=ROW)
+        assert env.step(PRINT_ONE)[0][0]["content"] == "1"
+        assert env.step(PRINT_ONE)[0][0]["content"] == "1"
+        assert len(live_executors) == 1  # one per loop, not one per call
+        env.close()
+    assert live_executors == set()
+
+
+def test_the_python_tool_on_event_loops_that_ended_leaves_no_sandbox_executor_behind(live_executors):
+    async def episode():
+        env = ToolCallingEnv(tools=["python"], sandbox_backend="bwrap")
+        await env.areset(options=ROW)
+        observation, *_ = await env.astep(PRINT_ONE)
+        return observation[0]["content"]
+
+    for _ in range(4):
+        assert asyncio.run(episode()) == "1"
+    assert live_executors == set()
 
 
 def test_the_env_passes_the_contract_and_resists_reward_hacking():

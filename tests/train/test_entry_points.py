@@ -118,16 +118,19 @@ def test_dynamic_sampling_keeps_only_groups_with_reward_spread(tmp_path):
     assert (step["rollout/num_gen_batches"] == 1) == (step["frac_reward_zero_std"] == 0.0)
 
 
-def test_a_run_whose_env_always_raises_completes_and_counts_the_errors(tmp_path):
+def test_a_run_whose_env_always_raises_counts_the_errors_and_exits_non_zero_naming_them(tmp_path):
     result = train(
         tmp_path, "env=math", "env.id=tests.train.failing_env:AlwaysFailingEnv", "trainer.total_training_steps=1",
         "trainer.logger=[console]", *TINY,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 1, result.stderr[-3000:]
     last = metrics(tmp_path)[-1]
     assert last["rollout/status/env_error"] == 1.0
     assert last["actor/skipped_update"] == 1.0
     assert "100% of episodes failed (mostly env_error)" in result.stderr
+    # Shorter than trainer.max_error_steps, but a run in which no episode completed is no score.
+    assert "error: every episode of this run's 1 step failed, mostly env_error; for example: " in result.stderr
+    assert "held-out" not in result.stdout
 
 
 def _wait_for_checkpoint(run_dir: Path, process: subprocess.Popen, step: int, timeout_s: float) -> None:
@@ -232,7 +235,7 @@ def test_two_ranks_under_torchrun_train_what_one_process_trains(tmp_path):
     )  # fmt: skip
     assert two.returncode == 0, two.stderr[-3000:]
     assert train(tmp_path / "one", *overrides).returncode == 0
-    assert two.stdout.count("step 1:") == 1  # one rank prints and records
+    assert two.stdout.count("step 1/2 (eta ") == 1  # one rank prints and records
     assert [r["step"] for r in metrics(tmp_path / "two")] == [0, 1, 2]
     for step in (1, 2):  # step 2 was sampled by engines that received step 1's update on both ranks
         assert _episodes(tmp_path / "two", step) == _episodes(tmp_path / "one", step)

@@ -2,13 +2,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from agentrl.trainer.actor_config import ActorConfig
-from agentrl.trainer.batch import TrainBatch
 from agentrl.trainer.head_loss import head_loss
-from agentrl.trainer.loss import TokenLoss, micro_batch_loss
 from tests.trainer.test_token_logprobs import HIDDEN, NUM_TOKENS, VOCAB, full_logits_path, inputs
-
-AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
 def head_inputs(dtype: torch.dtype = torch.float64, seed: int = 0):
@@ -123,58 +118,3 @@ def test_the_compiled_chunk_kernels_compile_once_for_every_chunk_offset_and_row_
     for num_tokens in (7, 14, 3, 12, 6):  # other offsets, other last-chunk sizes, a single short chunk
         score(num_tokens)
     assert counters["frames"]["total"] == compiled_frames
-
-
-def random_micro_batch(seed: int) -> TrainBatch:
-    """Three rows of 9 positions: different numbers of loss tokens, one row padded, dtype float64."""
-    generator = torch.Generator().manual_seed(seed)
-    shape = (3, 9)
-    loss_mask = torch.zeros(shape, dtype=torch.float64)
-    loss_mask[0, 2:5] = loss_mask[0, 7:9] = 1  # two turns
-    loss_mask[1, 1:9] = 1
-    loss_mask[2, 3:6] = 1  # then padding
-    return TrainBatch(
-        input_ids=torch.randint(0, 50, shape, generator=generator),
-        attention_mask=torch.ones(shape, dtype=torch.long),
-        position_ids=torch.arange(9).expand(shape).clone(),
-        loss_mask=loss_mask,
-        advantages=torch.tensor([[1.5], [-0.7], [-2.0]], dtype=torch.float64).expand(shape) * loss_mask,
-        rollout_logprobs=torch.zeros(shape, dtype=torch.float64),
-        group_ids=torch.arange(3),
-        old_logprobs=-torch.rand(shape, generator=generator, dtype=torch.float64) * 3,
-        ref_logprobs=-torch.rand(shape, generator=generator, dtype=torch.float64) * 3,
-    )
-
-
-@pytest.mark.parametrize("mode", AGG_MODES)
-@pytest.mark.parametrize("kl_loss_type", ["low_var_kl", "k3+"])
-def test_token_loss_over_any_chunking_is_the_micro_batch_loss_with_its_gradients(mode, kl_loss_type):
-    micro = random_micro_batch(seed=1)
-    actor = ActorConfig(
-        loss_agg_mode=mode, use_kl_loss=True, kl_loss_type=kl_loss_type, kl_loss_coef=0.2,
-        entropy_coeff=0.05, clip_ratio_high=0.28,
-    )  # fmt: skip
-    global_tokens, global_sequences = 40.0, 5.0  # the mini-batch's, larger than this micro-batch's
-    rows, positions = (micro.loss_mask > 0).nonzero(as_tuple=True)
-    generator = torch.Generator().manual_seed(2)
-    # logprobs far enough from the old ones that some ratios are clipped and some dual-clipped
-    logprobs = micro.old_logprobs + torch.randn(
-        micro.loss_mask.shape, generator=generator, dtype=torch.float64
-    )
-    entropy = torch.rand(micro.loss_mask.shape, generator=generator, dtype=torch.float64) * 4
-    logprobs, entropy = logprobs.requires_grad_(), entropy.requires_grad_()
-    expected, _ = micro_batch_loss(logprobs, entropy, micro, actor, global_tokens, global_sequences)
-    expected_grads = torch.autograd.grad(expected, [logprobs, entropy])
-
-    token_loss = TokenLoss.of(micro, rows, positions, actor, global_tokens, global_sequences)
-    scored_logprobs = logprobs.detach()[rows, positions].requires_grad_()
-    scored_entropy = entropy.detach()[rows, positions].requires_grad_()
-    shares = [token_loss(slice(start, start + 3), scored_logprobs[start : start + 3], scored_entropy[start : start + 3])
-              for start in range(0, len(rows), 3)]  # fmt: skip
-    total = torch.stack(shares).sum()
-    grads = torch.autograd.grad(total, [scored_logprobs, scored_entropy])
-    assert_close(total, expected, atol=1e-12, rtol=1e-12)
-    assert_close(grads[0], expected_grads[0][rows, positions], atol=1e-12, rtol=1e-12)
-    assert_close(grads[1], expected_grads[1][rows, positions], atol=1e-12, rtol=1e-12)
-    # unscored positions carry no gradient in the reference either: nothing is lost by leaving them out
-    assert (expected_grads[0][micro.loss_mask == 0] == 0).all()

@@ -1,15 +1,17 @@
-"""Environment stage of the code env: one sandbox runner shared by every env of an event loop.
+"""One sandbox runner per event loop and settings, shared by every caller on that loop.
 
-The training loop builds a fresh env per trajectory, so an env cannot own a sandbox: a Docker
-warm pool per trajectory would spend more time starting containers than judging. Envs instead
-lease a runner (an in-process `sandbox.executor.Executor` or a `sandbox.client.SandboxClient`)
-keyed by their event loop and settings. Its semaphore bounds the sandbox calls of all of them,
-so `max_concurrency` is a per-process limit, not a per-env one.
+A caller that judges code now and then (an env's step, a tool call, a reward function) must not
+own a sandbox: a Docker warm pool per episode would spend more time starting containers than
+judging, and a pool per call leaks when the caller forgets to close it. Callers instead ask for
+the running loop's runner (an in-process `sandbox.executor.Executor`, or a `SandboxClient` of a
+running `python -m sandbox.server`) with `shared_runner(settings)`. Its semaphore bounds the
+sandbox calls of all of them, so `max_concurrency` is a per-process limit, not a per-caller one.
 
-A runner lives as long as its event loop, so training steps reuse one warm pool: a guardian
-task per loop closes the loop's runners when the loop shuts down (`asyncio.run` cancels pending
-tasks before it returns). `release(..., close_if_unused=True)` and `close_all()` close earlier,
-for loops that are closed by hand (the env's sync bridge) and for tests.
+A runner lives as long as its event loop, so later episodes and training steps reuse one warm
+pool, and it closes when the loop ends: a guardian task per loop closes the loop's runners when
+it is cancelled, as `asyncio.run` and `asyncio.Runner.close` do to the tasks left at shutdown.
+The runner's asyncio objects never outlive or leave their loop.
+`close_all()` closes the running loop's runners earlier (the end of a script or a test).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ Backend = Literal["auto", "docker", "bwrap"]
 
 @dataclass(frozen=True)
 class RunnerSettings:
-    """Which sandbox to judge with; envs with equal settings on one loop share a runner."""
+    """Which sandbox to judge with; callers with equal settings on one loop share a runner."""
 
     backend: Backend = "auto"  # in-process jail when sandbox_url is None
     sandbox_url: str | None = None  # a running `python -m sandbox.server`
@@ -54,12 +56,11 @@ class RunnerSettings:
 
 
 class SharedRunner:
-    """A runner of one event loop, its concurrency bound, and how many envs hold it."""
+    """The runner of one event loop and settings, and its concurrency bound."""
 
     def __init__(self, settings: RunnerSettings, loop: asyncio.AbstractEventLoop) -> None:
         self.settings = settings
         self.loop = loop  # the runner's sockets, pools and semaphore belong to this loop
-        self.num_leases = 0  # envs holding this runner
         self._runner: CodeRunner | None = None
         self._started = asyncio.Lock()
         self._slots: asyncio.Semaphore | None = None
@@ -76,11 +77,12 @@ class SharedRunner:
 
     async def run(self, request: RunRequest) -> RunResponse:
         """Judge one request; SANDBOX_ERROR comes back as a verdict, as from the runner itself."""
-        assert self._runner is not None and self._slots is not None, "run before the lease started"
+        assert self._runner is not None and self._slots is not None, "run before the runner started"
         async with self._slots:
             return await self._runner.run(request)
 
     async def run_many(self, requests: Sequence[RunRequest]) -> list[RunResponse]:
+        """Judge many requests concurrently; responses are in request order."""
         return list(await asyncio.gather(*(self.run(request) for request in requests)))
 
     async def _start(self) -> None:
@@ -114,8 +116,11 @@ class _LoopRunners:
 _loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopRunners] = weakref.WeakKeyDictionary()
 
 
-async def lease(settings: RunnerSettings) -> SharedRunner:
-    """The running loop's runner for `settings`, started on first use; pair with `release`."""
+async def shared_runner(settings: RunnerSettings) -> SharedRunner:
+    """The running loop's runner for `settings`, started on first use, closed when the loop ends.
+
+    Raises what starting it raised (no Docker engine, no bwrap, ...); the next call tries again.
+    """
     loop = asyncio.get_running_loop()
     entry = _loops.get(loop)
     if entry is None:
@@ -123,44 +128,21 @@ async def lease(settings: RunnerSettings) -> SharedRunner:
     shared = entry.runners.get(settings)
     if shared is None:
         shared = entry.runners[settings] = SharedRunner(settings, loop)
-    shared.num_leases += 1
-    try:
-        await shared._start()
-    except BaseException:
-        await release(shared, close_if_unused=True)
-        raise
+    await shared._start()
     return shared
 
 
-async def release(shared: SharedRunner, close_if_unused: bool = False) -> None:
-    """Give a lease back. The runner stays up for later envs unless `close_if_unused` and none holds it."""
-    shared.num_leases -= 1
-    if shared.num_leases > 0 or not close_if_unused:
-        return
-    entry = _loops.get(shared.loop)
-    if entry is not None and entry.runners.get(shared.settings) is shared:
-        del entry.runners[shared.settings]
-    await shared._close()
-    if entry is not None and not entry.runners:
-        await _stop_guardian(shared.loop, entry)
-
-
 async def close_all() -> None:
-    """Close every runner of the running loop now, leased or not (the end of a script or a test)."""
+    """Close every runner of the running loop now (the end of a script or a test)."""
     loop = asyncio.get_running_loop()
-    entry = _loops.get(loop)
+    entry = _loops.pop(loop, None)
     if entry is not None:
-        await _stop_guardian(loop, entry)
+        # Awaited, so that a loop closed right afterwards holds no pending task.
+        entry.guardian.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await entry.guardian
         for shared in entry.runners.values():
             await shared._close()
-
-
-async def _stop_guardian(loop: asyncio.AbstractEventLoop, entry: _LoopRunners) -> None:
-    # Awaited, so that a loop closed right afterwards holds no pending task.
-    _loops.pop(loop, None)
-    entry.guardian.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await entry.guardian
 
 
 async def _close_at_shutdown(loop: asyncio.AbstractEventLoop) -> None:
