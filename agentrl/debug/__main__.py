@@ -102,7 +102,8 @@ async def run_script(session: DebugSession, console: Console, lines: list[str]) 
 
 async def debug(args: argparse.Namespace, config: Config, console: Console) -> int:
     seed = config.trainer.seed if args.seed is None else args.seed
-    setup = build_setup(config, args.row, seed)
+    # Off the loop: building checks the env with its sync API, which runs a loop of its own.
+    setup = await asyncio.to_thread(build_setup, config, args.row, seed)
     session = DebugSession(setup, args.policy)
     console.print(f"env {config.env.id}, row {setup.row_index}, policy {args.policy}, seed {seed}")
     try:

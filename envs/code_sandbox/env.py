@@ -41,6 +41,7 @@ class Attempt:
     visible_passed: bool  # every visible test that ran passed (vacuously when none ran)
     hidden_pass_rate: float  # fraction of hidden tests passed; 0.0 without code
     feedback: str  # what the model is told if the episode goes on
+    hidden_verdicts: list[str]  # each hidden test's verdict ("AC", "WA", "RE", ...); none without code
 
 
 class CodeSandboxEnv(TextEnv):
@@ -113,6 +114,7 @@ class CodeSandboxEnv(TextEnv):
             "pass_rate_first_turn": self._first_pass_rate,
             "pass_rate_last_turn": attempt.hidden_pass_rate,
             "has_code_block": attempt.has_code,
+            "hidden_verdicts": " ".join(attempt.hidden_verdicts),  # why a reward is what it is
             "num_turns": num_turns,
         }
         return observation, reward, done, False, info
@@ -127,7 +129,7 @@ class CodeSandboxEnv(TextEnv):
         assert task is not None and self._runner is not None
         code = extract_program(reply, task.language)
         if code is None:
-            return Attempt(False, False, 0.0, format_feedback(task.language))
+            return Attempt(False, False, 0.0, format_feedback(task.language), [])
         # Visible tests only decide whether to go on and what to say; after the last turn neither
         # matters, so the sandbox runs the hidden tests alone.
         visible_tests = [] if last_turn else task.visible_tests
@@ -161,11 +163,13 @@ def _attempt(task: CodeTask, visible_tests: list[Test], response: RunResponse) -
         assert response.compile is not None, "a CE response carries the compiler's result"
         first = visible_tests[0] if visible_tests else task.hidden_tests[0]
         feedback = failure_feedback(first, response.compile, task.entry_point, task.language)
-        return Attempt(True, False, 0.0, feedback)
+        return Attempt(True, False, 0.0, feedback, [Verdict.CE.value] * len(task.hidden_tests))
     visible, hidden = response.tests[:num_visible], response.tests[num_visible:]
     failing = next((i for i, result in enumerate(visible) if result.verdict != Verdict.AC), None)
     feedback = ""
     if failing is not None:
         feedback = failure_feedback(visible_tests[failing], visible[failing], task.entry_point, task.language)
     hidden_pass_rate = sum(result.verdict == Verdict.AC for result in hidden) / len(task.hidden_tests)
-    return Attempt(True, failing is None, hidden_pass_rate, feedback)
+    return Attempt(
+        True, failing is None, hidden_pass_rate, feedback, [result.verdict.value for result in hidden]
+    )

@@ -220,4 +220,7 @@ def test_sample_on_the_code_env_shows_why_each_reward_is_what_it_is(capsys, tmp_
         # One turn: each sample ends the episode; reward_mode fraction is the hidden tests' pass rate.
         assert status == "completed"
         assert float(reward) == info["pass_rate_last_turn"]
-        assert set(info) >= {"has_code_block", "pass_rate_last_turn", "correct"}
+        assert set(info) >= {"has_code_block", "pass_rate_last_turn", "correct", "hidden_verdicts"}
+        # The verdicts say why: the pass rate is the share of hidden tests judged AC.
+        verdicts = info["hidden_verdicts"].split()
+        assert info["pass_rate_last_turn"] == (verdicts.count("AC") / len(verdicts) if verdicts else 0.0)

@@ -65,6 +65,7 @@ async def test_a_right_function_ends_the_episode_with_the_hidden_tests_reward(ba
             "pass_rate_first_turn": 1.0,
             "pass_rate_last_turn": 1.0,
             "has_code_block": True,
+            "hidden_verdicts": "AC AC AC",
             "num_turns": 1,
         },
     )
