@@ -14,6 +14,25 @@ Per backend and workload:
   throughput phase `num_requests` requests at `concurrency`; executions (tests run) per second.
 Baseline: the same programs and inputs, one `docker run` per test at the same concurrency.
 Every execution must be AC, otherwise the numbers would describe failures; the count is printed.
+
+    python -m benchmarks.sandbox_throughput --admission [--backends bwrap] [--sleepers 0,4,8]
+        [--quick-runs 100] [--clients 32] [--spinners 40] [--burst-deadline-s 10]
+
+Admission phase, through the HTTP server's SandboxFusion route (/run_code), per backend:
+  quick runs       `quick-runs` one-line programs from `clients` concurrent clients while `sleepers`
+                   programs sleep to their 10 s limit (every program asks for 256 MB); answers per
+                   second, latency p50 / p99, and how many were answered 503. Baseline, in the same
+                   run: the same server admitting one run per core (max_concurrency = cpu_slots =
+                   cores).
+  CPU-bound burst  `spinners` programs that spin to their 1 s limit, sent at once with a
+                   `burst-deadline-s` deadline: how many got a verdict and how many 503 (with
+                   Retry-After), and when the last answer came.
+
+    python -m benchmarks.sandbox_throughput --idle-connections 19500 [--backends bwrap]
+
+Idle connections: `python -m sandbox.server` with its defaults, and that many connections that send
+half a request's headers and nothing more; how soon `/health` and a run are answered while they are
+open, whether the server closed every one of them, and how much it logged meanwhile.
 """
 
 from __future__ import annotations
@@ -22,12 +41,17 @@ import argparse
 import asyncio
 import contextlib
 import os
+import resource
+import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
+import aiohttp
+
 from sandbox.client import CodeRunner, SandboxClient
-from sandbox.executor import Executor
+from sandbox.executor import Executor, default_max_concurrency
 from sandbox.metrics import nearest_rank_percentile
 from sandbox.server import create_app, serve
 from sandbox.types import Language, RunLimits, RunRequest, RunResponse, StdioTest, Verdict
@@ -224,7 +248,201 @@ def print_report(
         )
 
 
+SLEEPER = "import time\ntime.sleep(60)"
+SPINNER = "while True:\n    pass"
+SLEEPER_TIMEOUT_S = 10
+SPINNER_TIMEOUT_S = 1
+
+
+@dataclass
+class QuickRuns:
+    """Quick runs answered while other programs sleep, under one admission."""
+
+    label: str
+    num_sleepers: int
+    answered_per_s: float
+    p50_ms: float
+    p99_ms: float
+    num_busy: int  # answered 503
+    num_wrong: int  # answered, but not Success with the expected stdout
+
+
+async def _run_code(
+    session: aiohttp.ClientSession, url: str, code: str, run_timeout: float, stdin: str = "", **headers: str
+) -> tuple[int, dict]:
+    body = {
+        "code": code,
+        "language": "python",
+        "stdin": stdin,
+        "run_timeout": run_timeout,
+        "memory_limit_MB": 256,
+    }
+    async with session.post(f"{url}/run_code", json=body, headers=headers) as answer:
+        return answer.status, await answer.json()
+
+
+async def measure_quick_runs(
+    label: str, executor: Executor, num_sleepers: int, args: argparse.Namespace
+) -> QuickRuns:
+    """`args.quick_runs` quick programs from `args.clients` clients while `num_sleepers` programs sleep."""
+    timeout = aiohttp.ClientTimeout(total=3 * SLEEPER_TIMEOUT_S + 60)
+    async with serve(create_app(executor)) as url, aiohttp.ClientSession(timeout=timeout) as session:
+        sleepers = [
+            asyncio.create_task(_run_code(session, url, SLEEPER, SLEEPER_TIMEOUT_S))
+            for _ in range(num_sleepers)
+        ]
+        async with asyncio.timeout(60):
+            while executor.admission.state().num_running < min(num_sleepers, executor.max_concurrency):
+                await asyncio.sleep(0.01)
+        clients = asyncio.Semaphore(args.clients)
+
+        async def quick(index: int) -> tuple[int, bool, float]:
+            async with clients:
+                started = time.perf_counter()
+                status, body = await _run_code(session, url, TRIVIAL, 2, f"{index}\n")
+                correct = body.get("status") == "Success" and body["run_result"]["stdout"] == f"{index + 1}\n"
+                return status, correct, time.perf_counter() - started
+
+        started = time.perf_counter()
+        answers = await asyncio.gather(*(quick(index) for index in range(args.quick_runs)))
+        elapsed = time.perf_counter() - started
+        for task in sleepers:
+            task.cancel()
+        await asyncio.gather(*sleepers, return_exceptions=True)
+    answered = sorted(latency for status, _, latency in answers if status == 200)
+    return QuickRuns(
+        label=label,
+        num_sleepers=num_sleepers,
+        answered_per_s=len(answered) / elapsed,
+        p50_ms=_ms(answered, 0.5) if answered else float("nan"),
+        p99_ms=_ms(answered, 0.99) if answered else float("nan"),
+        num_busy=sum(status == 503 for status, _, _ in answers),
+        num_wrong=sum(status == 200 and not correct for status, correct, _ in answers),
+    )
+
+
+async def measure_cpu_burst(executor: Executor, args: argparse.Namespace) -> str:
+    """`args.spinners` CPU-bound programs at once with a deadline: verdicts, 503s, last answer."""
+    deadline = {"X-Sandbox-Deadline-S": str(args.burst_deadline_s)}
+    async with serve(create_app(executor)) as url, aiohttp.ClientSession() as session:
+
+        async def spin() -> tuple[int, str, float, bool]:
+            status, body = await _run_code(session, url, SPINNER, SPINNER_TIMEOUT_S, **deadline)
+            kind = body["run_result"]["status"] if status == 200 else body.get("error", "")
+            return status, kind, time.perf_counter() - started, status != 503 or "retry_after_s" in body
+
+        started = time.perf_counter()
+        answers = await asyncio.gather(*(spin() for _ in range(args.spinners)))
+    verdicts = sorted({kind for status, kind, _, _ in answers if status == 200})
+    num_busy = sum(status == 503 for status, _, _, _ in answers)
+    return (
+        f"{args.spinners} programs spinning to a {SPINNER_TIMEOUT_S} s limit, sent at once with a "
+        f"{args.burst_deadline_s:g} s deadline: {len(answers) - num_busy} got a verdict "
+        f"({', '.join(verdicts)}), "
+        f"{num_busy} got 503 (all with Retry-After: {all(ok for *_, ok in answers)}); "
+        f"last answer after {max(at for _, _, at, _ in answers):.1f} s"
+    )
+
+
+async def measure_admission(name: str, args: argparse.Namespace) -> None:
+    cores = default_max_concurrency()
+    rows = []
+    for num_sleepers in [int(n) for n in args.sleepers.split(",")]:
+        for label, options in (
+            ("by CPU (default)", {}),
+            ("one per core (baseline)", {"max_concurrency": cores, "cpu_slots": cores}),
+        ):
+            executor = await Executor.create(backend=name, **options)
+            rows.append(await measure_quick_runs(label, executor, num_sleepers, args))
+    print(
+        f"\n== admission, {name}, /run_code, {cores} cores: {args.quick_runs} quick runs "
+        f"from {args.clients} clients =="
+    )
+    print(
+        f"{'sleepers':>8}  {'admission':<24}{'answered/s':>11}{'p50':>9}{'p99':>9}{'503':>6}{'wrong':>7}"
+        f"{'vs baseline':>13}"
+    )
+    for row in rows:
+        baseline = next(
+            other
+            for other in rows
+            if other.num_sleepers == row.num_sleepers and other.label.endswith("(baseline)")
+        )
+        ratio = row.answered_per_s / baseline.answered_per_s if baseline.answered_per_s else float("inf")
+        print(
+            f"{row.num_sleepers:>8}  {row.label:<24}{row.answered_per_s:>11.1f}{row.p50_ms:>7.0f}ms"
+            f"{row.p99_ms:>7.0f}ms{row.num_busy:>6}{row.num_wrong:>7}{ratio:>12.2f}x"
+        )
+    print(await measure_cpu_burst(await Executor.create(backend=name), args))
+
+
+async def measure_idle_connections(name: str, num_connections: int) -> str:
+    """`num_connections` half-sent requests against the server command; see the module docstring."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    idle: list[asyncio.StreamWriter] = []
+    with tempfile.TemporaryFile() as log:
+        server = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "sandbox.server", "--backend", name, "--port", str(port), stderr=log
+        )
+        try:
+            async with aiohttp.ClientSession() as session:
+                while True:
+                    with contextlib.suppress(aiohttp.ClientError):
+                        async with session.get(f"{url}/health"):
+                            break
+                    if server.returncode is not None:
+                        raise RuntimeError(f"the server exited with {server.returncode} before it served")
+                    await asyncio.sleep(0.1)
+                log_start = os.fstat(log.fileno()).st_size
+                readers = []
+                for _ in range(num_connections):
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.write(b"POST /v1/run HTTP/1.1\r\nHost: sandbox\r\nContent-Ty")
+                    readers.append(reader)
+                    idle.append(writer)
+                opened = time.perf_counter()
+                async with session.get(f"{url}/health") as answer:
+                    health = f"HTTP {answer.status} in {time.perf_counter() - opened:.2f} s"
+                started = time.perf_counter()
+                body = {"language": "python", "code": "print(input())", "stdin": "hi\n"}
+                async with session.post(f"{url}/v1/run", json=body) as answer:
+                    run = f"{(await answer.json())['verdict']} in {time.perf_counter() - started:.2f} s"
+
+                async def closed(reader: asyncio.StreamReader) -> bool:
+                    try:
+                        return await reader.read(1 << 16) == b""
+                    except ConnectionError:
+                        return True
+
+                num_closed = sum(await asyncio.gather(*(closed(reader) for reader in readers)))
+                closed_s = time.perf_counter() - opened
+        finally:
+            for writer in idle:
+                writer.close()
+            server.terminate()
+            await server.wait()
+        log_bytes = os.fstat(log.fileno()).st_size - log_start
+    return (
+        f"{num_connections} connections that never finish their headers ({name}): /health {health}, "
+        f"a run {run}; the server closed {num_closed} of them within {closed_s:.1f} s of the last one "
+        f"opening; it logged {log_bytes} bytes meanwhile"
+    )
+
+
 async def main(args: argparse.Namespace) -> None:
+    if args.idle_connections:
+        _, hard_limit = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard_limit, hard_limit))
+        for name in [name for name in args.backends.split(",") if name]:
+            print(await measure_idle_connections(name, args.idle_connections))
+        return
+    if args.admission:
+        for name in [name for name in args.backends.split(",") if name]:
+            await measure_admission(name, args)
+        return
     workloads = [make_workload(name, args.tests_per_request) for name in args.workloads.split(",")]
     backends = [name for name in args.backends.split(",") if name]
     num_cpus = len(os.sched_getaffinity(0))
@@ -265,8 +483,24 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--via", default="inproc", choices=["inproc", "http"], help="Executor or server+client"
     )
+    parser.add_argument("--admission", action="store_true", help="run the admission phase instead")
+    parser.add_argument("--sleepers", default="0,4,8", help="admission: sleeping programs per measurement")
+    parser.add_argument("--quick-runs", type=int, default=100)
+    parser.add_argument("--clients", type=int, default=32, help="admission: concurrent quick-run clients")
+    parser.add_argument("--spinners", type=int, default=40)
+    parser.add_argument("--burst-deadline-s", type=float, default=10.0)
+    parser.add_argument(
+        "--idle-connections", type=int, default=0, help="run the idle-connections phase instead"
+    )
     args = parser.parse_args()
-    for flag in ("concurrency", "num_requests", "tests_per_request", "latency_requests"):
+    for flag in (
+        "concurrency",
+        "num_requests",
+        "tests_per_request",
+        "latency_requests",
+        "quick_runs",
+        "clients",
+    ):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     return args

@@ -5,15 +5,16 @@ An env holds a `CodeRunner`: an in-process `Executor` or a `SandboxClient` point
 
 Failure policy (the same as the executor's): a failure of the sandbox is a SANDBOX_ERROR response,
 never an exception and never a program verdict.
-- Retried, with exponential backoff and jitter: SANDBOX_ERROR responses, HTTP 5xx, connection
-  failures. Program verdicts (AC, WA, TLE, RE, ...) are results and are returned as they are.
-  A busy server (503 with Retry-After) is retried no sooner than it asked. Every request tells
-  the server how long this call will still wait (X-Sandbox-Deadline-S), so that the server
-  answers busy at once rather than queueing work nobody will read.
+- Retried, with exponential backoff and jitter: SANDBOX_ERROR responses, HTTP 5xx, HTTP 408 (the
+  server gave up waiting for the request's body), connection failures. Program verdicts (AC, WA,
+  TLE, RE, ...) are results and are returned as they are. A busy server (503 with Retry-After)
+  is retried no sooner than it asked. Every request tells the server how long this call will
+  still wait (X-Sandbox-Deadline-S), so that the server answers busy at once rather than
+  queueing work nobody will read.
 - Every call has a deadline covering all its attempts. When it passes, or the retries run out, the
   still-unanswered requests come back as SANDBOX_ERROR with a message saying why.
-- A request the server rejects (HTTP 4xx: bad field, missing token, body too large) raises
-  `SandboxRequestError`: retrying cannot fix the caller's mistake.
+- A request the server rejects (HTTP 4xx but 408: bad field, limits above the server's maximums,
+  missing token, body too large) raises `SandboxRequestError`: retrying cannot fix the caller's mistake.
 - `health()` and `metrics()` are single attempts that raise `SandboxUnavailableError`.
 """
 
@@ -232,7 +233,7 @@ class SandboxClient:
                         f"server busy on {path}: {(await response.text())[:500]}",
                         retry_after_s=_seconds(response.headers["Retry-After"]),
                     )
-                if response.status >= 500:
+                if response.status >= 500 or response.status == 408:
                     raise SandboxUnavailableError(
                         f"HTTP {response.status} from {path}: {(await response.text())[:500]}"
                     )

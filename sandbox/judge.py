@@ -53,7 +53,7 @@ def wall_clock_s(time_s: float) -> float:
 
 def run_limits(request: RunRequest) -> Limits:
     return Limits(
-        wall_time_s=wall_clock_s(request.limits.time_s),
+        wall_time_s=request.limits.wall_time_s or wall_clock_s(request.limits.time_s),
         cpu_time_s=request.limits.time_s,
         memory_mb=request.limits.memory_mb,
         max_output_bytes=request.limits.max_output_bytes,

@@ -1,27 +1,23 @@
-"""Service metrics of the sandbox HTTP server: queue depth, in-flight runs, verdicts, latency.
+"""Service metrics of the sandbox HTTP server: admission, connections, verdicts, latency.
 
-The server admits every run through `ServerMetrics.admit()`, which bounds concurrency (the same
-bound as the executor's, so the queue is visible here rather than hidden inside the executor) and
-records how long each run took from arrival to verdict. `snapshot()` is what `GET /metrics` returns.
+The server records every run it served (`ServerMetrics.record`); the executor's admission and the
+connection guard report their own state. `snapshot()` is what `GET /metrics` returns.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 from pydantic import BaseModel
 
+from sandbox.admission import AdmissionState
 from sandbox.types import Verdict
 
 # Percentiles are over a window of recent runs so a long-lived server reports current behaviour
 # and its memory stays bounded.
 LATENCY_WINDOW = 4096
-SERVICE_WINDOW = 64  # recent enough to follow a burst of slow programs
 
 
 class LatencyPercentiles(BaseModel):
@@ -33,16 +29,30 @@ class LatencyPercentiles(BaseModel):
     num_samples: int
 
 
+class ConnectionCounts(BaseModel):
+    """The server's connections: open now, and those the connection cap dropped or refused."""
+
+    num_open: int
+    max_connections: int
+    num_dropped: int  # displaced at the cap before they finished a request
+    num_refused: int  # answered 503 at the cap, every connection having a request in service
+
+
 class MetricsSnapshot(BaseModel):
     """What `GET /metrics` reports."""
 
     uptime_s: float
-    max_concurrency: int
-    queue_depth: int  # runs waiting for an execution slot
+    max_concurrency: int  # runs in flight at most, sleeping ones included
+    cpu_slots: int  # runs always admitted; beyond them, only while a core is idle
+    queue_depth: int  # runs waiting to be admitted
     in_flight: int  # runs executing now
+    busy_cores: float | None  # the runs' measured CPU use; None when idle or not measured
+    memory_in_flight_mb: int  # the memory limits of the runs in flight, added up
+    memory_budget_mb: int
     num_runs: int  # runs finished since start
     verdicts: dict[Verdict, int]
     latency: LatencyPercentiles
+    connections: ConnectionCounts | None
     container_recycles: int | None  # None when the backend does not report recycles
     backend_stats: dict[str, int] | None  # the backend's own counters, when it keeps any
 
@@ -54,70 +64,44 @@ def nearest_rank_percentile(sorted_values: list[float], fraction: float) -> floa
 
 
 class ServerMetrics:
-    """Counts and latencies of the runs served, plus the admission bound that creates the queue."""
+    """Counts and latencies of the runs served."""
 
-    def __init__(self, max_concurrency: int) -> None:
-        if max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
-        self.max_concurrency = max_concurrency
-        self._slots = asyncio.Semaphore(max_concurrency)
+    def __init__(self) -> None:
         self._started = time.monotonic()
-        self._queued = 0
-        self._in_flight = 0
         self._verdicts: Counter[Verdict] = Counter()
         self._latencies_s: deque[float] = deque(maxlen=LATENCY_WINDOW)
-        self._service_s: deque[float] = deque(maxlen=SERVICE_WINDOW)  # execution only, for estimates
 
-    @asynccontextmanager
-    async def admit(self, max_wait_s: float | None = None) -> AsyncIterator[None]:
-        """Wait for an execution slot, then hold it for the body of the `async with`.
-
-        Raises TimeoutError, having left the queue, when no slot frees up within `max_wait_s`.
-        """
-        arrived = time.monotonic()
-        self._queued += 1
-        try:
-            async with asyncio.timeout(max_wait_s):
-                await self._slots.acquire()
-        finally:
-            self._queued -= 1
-        self._in_flight += 1
-        started = time.monotonic()
-        try:
-            yield
-        finally:
-            self._in_flight -= 1
-            self._slots.release()
-            self._latencies_s.append(time.monotonic() - arrived)
-            self._service_s.append(time.monotonic() - started)
-
-    def estimated_wait_s(self, num_requests: int = 1) -> float:
-        """How long `num_requests` arriving now would wait for slots: the runs queued ahead of
-        them (and their own beyond the free slots), at the recent mean execution time."""
-        if not self._service_s:
-            return 0.0
-        mean_s = sum(self._service_s) / len(self._service_s)
-        waiting = self._queued + self._in_flight + num_requests - self.max_concurrency
-        return max(0.0, waiting / self.max_concurrency * mean_s)
-
-    def record_verdict(self, verdict: Verdict) -> None:
+    def record(self, verdict: Verdict, latency_s: float) -> None:
+        """One run served: its verdict and the time from its arrival to its verdict."""
         self._verdicts[verdict] += 1
+        self._latencies_s.append(latency_s)
 
-    def snapshot(self, backend_stats: dict[str, int] | None = None) -> MetricsSnapshot:
+    def snapshot(
+        self,
+        admission: AdmissionState,
+        connections: ConnectionCounts | None = None,
+        backend_stats: dict[str, int] | None = None,
+    ) -> MetricsSnapshot:
         """The current state; `backend_stats` are the backend's counters (num_recycled: recycles)."""
         latencies = sorted(self._latencies_s)
         percentiles = {
             name: round(1000 * nearest_rank_percentile(latencies, fraction), 3) if latencies else None
             for name, fraction in (("p50_ms", 0.5), ("p90_ms", 0.9), ("p99_ms", 0.99))
         }
+        busy = admission.busy_cores
         return MetricsSnapshot(
             uptime_s=round(time.monotonic() - self._started, 3),
-            max_concurrency=self.max_concurrency,
-            queue_depth=self._queued,
-            in_flight=self._in_flight,
+            max_concurrency=admission.max_concurrency,
+            cpu_slots=admission.cpu_slots,
+            queue_depth=admission.num_waiting,
+            in_flight=admission.num_running,
+            busy_cores=None if busy is None else round(busy, 3),
+            memory_in_flight_mb=admission.memory_in_flight_mb,
+            memory_budget_mb=admission.memory_budget_mb,
             num_runs=sum(self._verdicts.values()),
             verdicts={verdict: self._verdicts[verdict] for verdict in Verdict},
             latency=LatencyPercentiles(**percentiles, num_samples=len(latencies)),
+            connections=connections,
             container_recycles=(backend_stats or {}).get("num_recycled"),
             backend_stats=backend_stats,
         )

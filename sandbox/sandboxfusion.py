@@ -10,6 +10,10 @@ The field names, defaults and status values below follow SandboxFusion's publish
   `stderr`), `executor_pod_name`, `files`;
 - a request it cannot accept answers HTTP 422 with `{"detail": [{"loc", "msg", "type"}]}`.
 
+`run_timeout` is, as in SandboxFusion, the program's wall clock; it is also its CPU time limit. A
+`run_timeout` or `memory_limit_MB` above the server's maximum is a 422 naming the field, the value
+and the maximum; `memory_limit_MB` -1 (no limit) is the server's maximum memory, at most 4 GiB.
+
 Differences, by design: only the languages in `sandbox.types.Language` run (others are a 422 naming
 `language`); extra input files and fetched output files are not supported yet (a non-empty `files`
 or `fetch_files` is a 422 naming the field); the compiler runs under the judge's own compile limits,
@@ -118,15 +122,30 @@ class RunCodeResponse(BaseModel):
     files: dict[str, str] = Field(default_factory=dict)
 
 
-def to_run_request(request: RunCodeRequest) -> RunRequest:
-    """A plain run (no tests) of the SandboxFusion request's program."""
-    memory_mb = NO_LIMIT_MEMORY_MB if request.memory_limit_MB == -1 else request.memory_limit_MB
+# Our limit fields, by the SandboxFusion request field that sets them.
+FIELD_OF_LIMIT = {"time_s": "run_timeout", "wall_time_s": "run_timeout", "memory_mb": "memory_limit_MB"}
+
+
+def to_run_request(request: RunCodeRequest, no_limit_memory_mb: int = NO_LIMIT_MEMORY_MB) -> RunRequest:
+    """A plain run (no tests) of the SandboxFusion request's program; `memory_limit_MB` -1 becomes
+    `no_limit_memory_mb`."""
+    memory_mb = no_limit_memory_mb if request.memory_limit_MB == -1 else request.memory_limit_MB
     return RunRequest(
         language=request.language,
         code=request.code,
         stdin=request.stdin or "",
-        limits=RunLimits(time_s=request.run_timeout, memory_mb=memory_mb),
+        limits=RunLimits(time_s=request.run_timeout, wall_time_s=request.run_timeout, memory_mb=memory_mb),
     )
+
+
+def limit_error_body(messages: dict[str, str]) -> dict[str, Any]:
+    """Fields over the server's maximums (field -> message), as SandboxFusion answers HTTP 422."""
+    return {
+        "detail": [
+            {"loc": ["body", field], "msg": message, "type": "value_error"}
+            for field, message in messages.items()
+        ]
+    }
 
 
 def _command_result(result: TestResult) -> CommandRunResult:

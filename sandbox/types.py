@@ -72,6 +72,8 @@ class RunLimits(_Strict):
     time_s: float = Field(default=10.0, gt=0, le=600)
     memory_mb: int = Field(default=512, ge=MIN_MEMORY_MB, le=MAX_MEMORY_MB)
     max_output_bytes: int = Field(default=1 << 20, ge=1, le=1 << 30)
+    # The host's wall clock per process run; None: time_s plus slack for start-up (judge.wall_clock_s).
+    wall_time_s: float | None = Field(default=None, gt=0, le=900)
 
 
 class RunRequest(_Strict):

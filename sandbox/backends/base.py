@@ -10,6 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+# The jail's writable space, the same on every backend: /work and /tmp are tmpfs mounts of these
+# sizes (its disk quota: a write past it fails with ENOSPC, judged OLE). Their pages are memory,
+# counted with the run's processes where a memory cgroup holds the run.
+WORK_TMPFS_MB = 64
+TMP_TMPFS_MB = 64
+SCRATCH_INODES = 16384  # files + directories per mount
+
 
 @dataclass(frozen=True)
 class Limits:

@@ -3,10 +3,12 @@
 Isolation per run: every namespace unshared (user, pid, net, ipc, uts, cgroup), a non-root uid
 of its own for the whole session (sessions cannot touch each other's files, and the kernel
 counts its processes apart), a read-only root with only /usr and the dynamic linker's files,
-the session's own /work and /tmp (host dirs, so the host can measure the files written), a
-cleared environment, rlimits, a cgroup per session where the host allows one (memory of every
-process of the run and of its /dev files, pids, CPU time over all processes; exact kill-all;
-emptied before every run) and a host-side wall clock that kills the jail's whole PID namespace.
+the session's own /work and /tmp (size-limited tmpfs mounts on the host, so the host can measure
+the files written: `scratch`), a cleared environment, rlimits, the jail and namespace seccomp
+filters (no namespace can be made inside), a cgroup per session where the host allows one
+(memory of every process of the run and of its files, pids, CPU time over all processes; exact
+kill-all; emptied before every run) and a host-side wall clock that kills the jail's whole PID
+namespace. The work root, the session dirs' parent, is ours and private (`private_dirs`).
 
 Per run, the host forks once and execs bwrap: rlimits and joining the cgroup happen in the
 forked child before bwrap starts. PID 1 of the jail is our init (sandbox.backends.jail_init),
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import shutil
 import signal
@@ -28,16 +31,33 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sandbox.backends.base import Limits, ProcessResult, SandboxFailure
+from sandbox.backends.base import (
+    SCRATCH_INODES,
+    TMP_TMPFS_MB,
+    WORK_TMPFS_MB,
+    Limits,
+    ProcessResult,
+    SandboxFailure,
+)
 from sandbox.backends.bwrap_command import JailFds, JailPaths, bwrap_argv
 from sandbox.backends.cgroups import CgroupRun, SessionCgroup
 from sandbox.backends.jail_init import build_jail_init
 from sandbox.backends.jail_status import InitStatus, JailStatus
+from sandbox.backends.private_dirs import private_directory
 from sandbox.backends.process import collect_process, kill_group
 from sandbox.backends.rlimits import jail_preexec, rlimits
-from sandbox.backends.seccomp_filter import bwrap_filter
-from sandbox.backends.tree import file_sizes, remove_tree
+from sandbox.backends.scratch import (
+    ScratchSizes,
+    check_tmpfs_mounts,
+    make_session_dirs,
+    remove_session_dir,
+    scratch_full,
+)
+from sandbox.backends.seccomp_filter import bwrap_filter, namespace_filter
+from sandbox.backends.tree import remove_tree
 from sandbox.backends.uids import UidPool
+
+logger = logging.getLogger(__name__)
 
 EXTRA_PROCESSES = 4  # bwrap's supervisor, our init and slack
 # Memory of the jail's own processes (bwrap's supervisor, our init; the harness's parent for
@@ -51,11 +71,6 @@ SETUP_ATTEMPTS = 5
 SETUP_RETRY_S = 0.05
 
 
-def any_file_at_least(directories: tuple[Path, ...], size: int) -> bool:
-    """Whether a file under `directories` reached `size`: the run hit its file size limit."""
-    return any(file_size >= size for directory in directories for file_size in file_sizes(directory))
-
-
 class _JailRefused(Exception):
     """The kernel refused to start the jail for now (EAGAIN): worth another try."""
 
@@ -66,7 +81,9 @@ class BwrapSession:
     def __init__(self, backend: BwrapBackend, root: Path, uid: int) -> None:
         self._backend = backend
         self.root = root
-        self.paths = JailPaths(root / "work", root / "tmp", backend.init, backend.seccomp_filter)
+        self.paths = JailPaths(
+            root / "work", root / "tmp", backend.init, backend.seccomp_filter, backend.namespace_filter
+        )
         self.work_dir = self.paths.work_dir
         self.uid = uid
         self._cgroup: SessionCgroup | None = None
@@ -111,14 +128,17 @@ class BwrapSession:
         process_limits = rlimits(limits, max_processes, address_space=cgroup is None)
         preexec = jail_preexec(process_limits, cgroup.cgroup.procs_files if cgroup else [])
         status, init_status = JailStatus(), InitStatus()
-        seccomp_fd = os.open(self.paths.seccomp_filter, os.O_RDONLY | os.O_CLOEXEC)
+        filter_fds = [
+            os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            for path in (self.paths.seccomp_filter, self.paths.namespace_filter)
+        ]
         started = time.monotonic()  # the jail's start-up counts as the run's time, as its CPU does
         try:
-            fds = JailFds(status.write_fd, init_status.write_fd, seccomp_fd)
+            fds = JailFds(status.write_fd, init_status.write_fd, *filter_fds)
             command = bwrap_argv(self._backend.bwrap, self.paths, self.uid, argv, fds, judge_process)
-            process = await self._spawn(command, preexec, (fds.status, fds.init_status, fds.seccomp))
-            os.close(seccomp_fd)
-            seccomp_fd = -1
+            process = await self._spawn(command, preexec, (fds.status, fds.init_status, *filter_fds))
+            while filter_fds:
+                os.close(filter_fds.pop())
             status.close_write()  # bwrap holds the only writers now: reading never waits on us
             init_status.close_write()
             try:
@@ -138,8 +158,8 @@ class BwrapSession:
         finally:
             status.close()
             init_status.close()
-            if seccomp_fd >= 0:
-                os.close(seccomp_fd)
+            for fd in filter_fds:
+                os.close(fd)
         if wait_status is not None:  # the program ran, and this is how it ended
             return await self._judged_result(result, wait_status, limits)
         if result.timed_out or result.output_exceeded or result.memory_exceeded:
@@ -158,7 +178,7 @@ class BwrapSession:
         cpu_exhausted = signal_number == signal.SIGXCPU or result.cpu_time_s > limits.cpu_time_s
         file_limit = limits.max_file_size_mb << 20
         files_full = await asyncio.to_thread(
-            any_file_at_least, (self.paths.work_dir, self.paths.tmp_dir), file_limit
+            scratch_full, (self.paths.work_dir, self.paths.tmp_dir), file_limit
         )
         return dataclasses.replace(
             result,
@@ -170,7 +190,7 @@ class BwrapSession:
 
     def _start_cgroup_run(self, limits: Limits) -> CgroupRun | None:
         """This run's share of the session cgroup (made on first use); None where the host has none."""
-        memory = (limits.memory_mb + JAIL_OVERHEAD_MB) << 20  # every process of the run, and its /dev files
+        memory = (limits.memory_mb + JAIL_OVERHEAD_MB) << 20  # every process of the run, and its files
         processes = limits.max_processes + EXTRA_PROCESSES
         if self._cgroup is None and not self._cgroup_tried:
             self._cgroup_tried = True
@@ -217,7 +237,7 @@ class BwrapSession:
                 except OSError as error:
                     failures.append(str(error))
             try:
-                await asyncio.to_thread(remove_tree, self.root)
+                await asyncio.to_thread(remove_session_dir, self.root)
             except OSError as error:
                 failures.append(f"could not remove the session dir {self.root}: {error}")
         finally:
@@ -232,18 +252,40 @@ class BwrapBackend:
 
     name = "bwrap"
 
-    def __init__(self, bwrap: str, uids: UidPool, work_root: Path, init: Path, seccomp_filter: Path) -> None:
+    def __init__(
+        self,
+        bwrap: str,
+        uids: UidPool,
+        work_root: Path,
+        init: Path,
+        seccomp_filter: Path,
+        namespace_filter: Path,
+        scratch: ScratchSizes,
+    ) -> None:
         self.bwrap = bwrap
         self.uids = uids
         self.work_root = work_root
         self.init = init
         self.seccomp_filter = seccomp_filter
+        self.namespace_filter = namespace_filter
+        self.scratch = scratch
 
     @classmethod
     async def create(
-        cls, uid_base: int = 61000, num_uids: int = 64, work_root: str | None = None
+        cls,
+        uid_base: int = 61000,
+        num_uids: int = 64,
+        work_root: str | None = None,
+        work_tmpfs_mb: int = WORK_TMPFS_MB,
+        tmp_tmpfs_mb: int = TMP_TMPFS_MB,
+        scratch_inodes: int = SCRATCH_INODES,
     ) -> BwrapBackend:
-        """Check that bwrap can make a jail here; raise SandboxFailure saying what is missing."""
+        """Check that bwrap can make a jail here; raise SandboxFailure saying what is missing.
+
+        `work_tmpfs_mb`, `tmp_tmpfs_mb`, `scratch_inodes`: each session's /work and /tmp, as the
+        Docker backend's options of the same names.
+        """
+        scratch = ScratchSizes(work_tmpfs_mb, tmp_tmpfs_mb, scratch_inodes)
         bwrap = shutil.which("bwrap")
         if bwrap is None:
             raise SandboxFailure("bubblewrap is not installed: apt-get install -y bubblewrap")
@@ -256,25 +298,47 @@ class BwrapBackend:
                     f"work_root {work_root!r}: jail uids cannot traverse {parent} (mode "
                     f"{parent.stat().st_mode & 0o777:o}); choose a work_root whose parents are world-executable"
                 )
-        root.mkdir(mode=0o711, exist_ok=True)
+        # Ours alone: another user who made it first could swap a session's files. Jail uids
+        # (bwrap runs as one) traverse it to their session's dir, nothing more.
+        private_directory(root, 0o711)
+        check_tmpfs_mounts(root)  # at start-up, not at the first session
         # uid locks are machine-wide whatever the work root: two pools must never share a uid
         uid_locks = Path(tempfile.gettempdir()) / "sandbox-bwrap-uids"
         init = await asyncio.to_thread(build_jail_init)
         seccomp_filter = await asyncio.to_thread(bwrap_filter)
-        return cls(bwrap, UidPool(uid_base, num_uids, uid_locks), root, init, seccomp_filter)
+        namespaces = await asyncio.to_thread(namespace_filter)
+        uids = UidPool(uid_base, num_uids, uid_locks)
+        return cls(bwrap, uids, root, init, seccomp_filter, namespaces, scratch)
 
     async def open_session(self) -> BwrapSession:
         uid = await self.uids.acquire()
         try:
+            self._remove_stale_sessions(uid)
             root = Path(tempfile.mkdtemp(prefix=f"session-{uid}-", dir=self.work_root))
-            os.chmod(root, 0o711)  # root's; the jail uid (running bwrap) only traverses it
-            for name in ("work", "tmp"):
-                os.mkdir(root / name, 0o700)
-                os.chown(root / name, uid, uid)
         except OSError:
             self.uids.release(uid)
             raise
+        try:
+            os.chmod(root, 0o711)  # root's; the jail uid (running bwrap) only traverses it
+            make_session_dirs(root, uid, self.scratch)
+        except BaseException:
+            try:
+                remove_session_dir(root)
+            finally:
+                self.uids.release(uid)
+            raise
         return BwrapSession(self, root, uid)
+
+    def _remove_stale_sessions(self, uid: int) -> None:
+        """Unmount and remove what a killed process left of `uid`'s sessions.
+
+        A session holds its uid's lock for as long as it is open, and we hold it now: any
+        session dir of this uid belongs to a process that died without closing it (its tmpfs
+        mounts would otherwise hold their memory until the host reboots).
+        """
+        for stale in self.work_root.glob(f"session-{uid}-*"):
+            logger.warning("removing %s, left by a sandbox process that ended without closing it", stale)
+            remove_session_dir(stale)
 
     async def close(self) -> None:
         """Sessions clean up after themselves; nothing is pooled."""

@@ -2,7 +2,9 @@
 
 Every namespace is unshared, the root is read-only with only /usr and the dynamic linker's
 files, the session's own /work and /tmp are bound in, the environment is cleared, and PID 1 is
-our init (or the judge process itself). bwrap reports the jail's set-up on one fd and the init
+our init (or the judge process itself). bwrap stacks the jail and the namespace seccomp filters
+(sandbox.backends.seccomp_filter) over everything it starts, once it made the jail's namespaces:
+neither the init nor the judge makes any namespace, so the program inside can make none. bwrap reports the jail's set-up on one fd and the init
 the program's wait status on another (`jail_status`).
 """
 
@@ -39,12 +41,13 @@ def root_mounts() -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class JailPaths:
-    """Host paths that one jail uses: its writable dirs, our init binary and the seccomp filter."""
+    """Host paths that one jail uses: its writable dirs, our init binary and the seccomp filters."""
 
     work_dir: Path  # mounted at /work
     tmp_dir: Path  # mounted at /tmp; on the host, so that the host can measure what was written
     init: Path
     seccomp_filter: Path  # BPF exported by libseccomp (sandbox.backends.seccomp_filter)
+    namespace_filter: Path  # the same, of the namespace calls
 
 
 def bwrap_argv(
@@ -69,7 +72,8 @@ def bwrap_argv(
     return [
         bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--as-pid-1",
         "--uid", str(uid), "--gid", str(uid), "--cap-drop", "ALL", "--disable-userns",
-        "--json-status-fd", str(fds.status), "--seccomp", str(fds.seccomp),
+        "--json-status-fd", str(fds.status),
+        "--add-seccomp-fd", str(fds.seccomp), "--add-seccomp-fd", str(fds.namespace_seccomp),
         *root_mounts(),
         "--proc", "/proc", "--dev", "/dev", "--bind", str(paths.tmp_dir), "/tmp",
         "--bind", str(paths.work_dir), "/work", "--ro-bind", str(paths.init), JAIL_INIT_PATH,
@@ -86,4 +90,5 @@ class JailFds:
 
     status: int  # bwrap's JSON status (write end)
     init_status: int  # the program's wait status (write end)
-    seccomp: int  # the BPF filter, read by bwrap before it starts the init
+    seccomp: int  # the jail's BPF filter, read by bwrap before it starts the init
+    namespace_seccomp: int  # the namespace filter, stacked on it

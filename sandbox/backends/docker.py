@@ -1,10 +1,12 @@
 """Docker jail backend: a warm pool of locked-down containers (see docker_container.py).
 
-A session holds one container. Closing it empties the container (kills every process, clears
-/work and /tmp) and returns it to the pool, or recycles it (removes it and starts a fresh one in
+The pool starts `num_warm` containers and grows, while every container is in use, up to
+`pool_size`. A session holds one container. Closing it empties the container (kills every process,
+clears /work and /tmp) and returns it to the pool, or recycles it (removes it and starts a fresh one in
 the background) after `recycle_after` runs or at once after anything suspicious: a timeout, a
 memory kill, a process that survived the end of its run, a write outside its tmpfs mounts. Containers are labelled
 with the owning server's host and pid, so those of a crashed server are collected at start-up.
+The CPU use of the pool's containers is read from their cgroups, for the admission (docker_cpu.py).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +22,7 @@ from typing import Any
 import docker
 import docker.errors
 
+from sandbox.admission import CpuUsage
 from sandbox.backends.base import Limits, ProcessResult, SandboxFailure
 from sandbox.backends.docker_container import (
     DEFAULT_IMAGE,
@@ -32,6 +36,8 @@ from sandbox.backends.docker_container import (
     remove_container,
     uid_block,
 )
+from sandbox.backends.docker_cpu import CpuMeter
+from sandbox.backends.seccomp_filter import namespace_filter
 from sandbox.image.build import IMAGE_VERSION, VERSION_LABEL
 
 __all__ = ["DEFAULT_IMAGE", "DockerBackend", "DockerPoolConfig", "DockerPoolStats", "DockerSession"]
@@ -104,8 +110,11 @@ class DockerBackend:
 
     name = "docker"
 
-    def __init__(self, client: docker.DockerClient, config: DockerPoolConfig) -> None:
+    def __init__(
+        self, client: docker.DockerClient, config: DockerPoolConfig, namespace_filter: bytes
+    ) -> None:
         self.config = config
+        self.namespace_filter = namespace_filter  # BPF the runner loads in every process it starts
         self.instance_id = secrets.token_hex(8)
         self.stats = DockerPoolStats()
         self._client = client
@@ -116,20 +125,23 @@ class DockerBackend:
         self._all: set[PooledContainer] = set()
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._cpu_meter = CpuMeter(max_runnable_per_container=math.ceil(config.cpus))
+        self.measures_cpu = False  # whether `cpu_usage` sees the containers: set once they are warm
 
     @classmethod
     async def create(cls, **config: Any) -> DockerBackend:
-        """Connect to the engine, collect orphans of dead servers and warm `pool_size` containers.
+        """Connect to the engine, collect orphans of dead servers and warm `num_warm` containers.
 
         Keyword arguments are DockerPoolConfig's fields (image, pool_size, recycle_after, ...).
         """
         pool_config = DockerPoolConfig(**config)
+        namespaces = (await asyncio.to_thread(namespace_filter)).read_bytes()
         try:
             client = await asyncio.to_thread(docker.from_env)
             await asyncio.to_thread(client.ping)
         except DOCKER_ERRORS as error:
             raise SandboxFailure(f"no Docker engine answers ({error}); {_START_HINT}") from error
-        backend = cls(client, pool_config)
+        backend = cls(client, pool_config, namespaces)
         try:
             await backend._check_image()
             await backend.collect_orphans()
@@ -171,16 +183,29 @@ class DockerBackend:
         return len(orphans)
 
     async def _warm_up(self) -> None:
+        num_warm = min(self.config.num_warm, self.config.pool_size)
         async with self._changed:
-            self._num_live += self.config.pool_size
+            self._num_live += num_warm
         jails = await asyncio.gather(
-            *(self._start_reserved() for _ in range(self.config.pool_size)), return_exceptions=True
+            *(self._start_reserved() for _ in range(num_warm)), return_exceptions=True
         )
+        started = [jail for jail in jails if isinstance(jail, PooledContainer)]
         async with self._changed:
-            self._idle.extend(jail for jail in jails if isinstance(jail, PooledContainer))
+            self._idle.extend(started)
         failures = [jail for jail in jails if isinstance(jail, BaseException)]
         if failures:
             raise failures[0]
+        self.measures_cpu = all(jail.cgroup is not None for jail in started)
+        if not self.measures_cpu:
+            logger.warning(
+                "the sandbox containers' cgroups cannot be read here: runs are admitted one per core"
+            )
+
+    def cpu_usage(self) -> CpuUsage:
+        """The CPU use of this backend's containers, from their cgroups (for sandbox.admission)."""
+        # A snapshot: this runs in a thread while the event loop adds and removes containers.
+        jails = tuple(self._all)
+        return self._cpu_meter.usage({jail.container.id: jail.cgroup for jail in jails if jail.cgroup})
 
     async def open_session(self) -> DockerSession:
         """Take an idle container, waiting while all are busy; start one if the pool is short."""
@@ -199,7 +224,9 @@ class DockerBackend:
         """Start a container for a slot already counted in `_num_live`; give the slot back on failure."""
         uid = self._free_uids.pop()
         try:
-            jail = await PooledContainer.start(self._client, self.config, uid, self.instance_id)
+            jail = await PooledContainer.start(
+                self._client, self.config, uid, self.instance_id, self.namespace_filter
+            )
         except BaseException:
             self._free_uids.append(uid)
             async with self._changed:

@@ -1,15 +1,17 @@
 """One jail of the Docker backend's pool: how a container is specified, started, driven and removed.
 
 A container is long-lived: no network, read-only root, tmpfs /work and /tmp, memory and pids
-limits, every capability dropped, no-new-privileges, its own non-root uid. Its PID 1 is the
-in-jail runner (sandbox/image/runner.py, passed as `python3 -c SOURCE` so the image never goes
-stale), driven over the container's attached stdin/stdout (sandbox.backends.docker_channel).
+limits, every capability dropped, no-new-privileges, the jail seccomp profile, its own non-root
+uid. Its PID 1 is the in-jail runner (sandbox/image/runner.py, passed as `python3 -c SOURCE` so
+the image never goes stale, with the namespace seccomp filter that it loads in every process it
+starts), driven over the container's attached stdin/stdout (sandbox.backends.docker_channel).
 The host keeps its own wall clock on every run and kills the container when the runner overruns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import logging
 import os
@@ -23,8 +25,17 @@ import docker
 import docker.errors
 import requests
 
-from sandbox.backends.base import Limits, ProcessResult, SandboxFailure
+from sandbox.admission import RUNS_PER_CPU
+from sandbox.backends.base import (
+    SCRATCH_INODES,
+    TMP_TMPFS_MB,
+    WORK_TMPFS_MB,
+    Limits,
+    ProcessResult,
+    SandboxFailure,
+)
 from sandbox.backends.docker_channel import RunnerChannel, RunnerFailure, RunOutput, process_result
+from sandbox.backends.docker_cpu import ContainerCgroup, container_cgroup
 from sandbox.backends.seccomp_filter import docker_profile
 
 logger = logging.getLogger(__name__)
@@ -39,29 +50,37 @@ RUNNER_SOURCE = resources.files("sandbox.image").joinpath("runner.py").read_text
 _uid_blocks = itertools.count()
 
 
+def default_pool_size() -> int:
+    """As many containers as the executor admits runs by default (sandbox.executor)."""
+    return RUNS_PER_CPU * max(1, len(os.sched_getaffinity(0)))
+
+
 @dataclass(frozen=True)
 class DockerPoolConfig:
     """How the warm pool's containers are made and how long each one lives."""
 
     image: str = DEFAULT_IMAGE
-    pool_size: int = 4
+    # Containers at most; a session waits while all are in use. The first `num_warm` start with
+    # the backend, the others when a session finds none idle; all stay in the pool afterwards.
+    pool_size: int = field(default_factory=default_pool_size)
+    num_warm: int = 4
     recycle_after: int = 200  # runs; a fresh container afterwards
     memory_mb: int = 512  # program memory a container starts with; each run sets its Limits.memory_mb
     pids_limit: int = 128  # per container (the cgroup); Limits.max_processes applies per run
     cpus: float = 1.0  # so that one runaway jail cannot take every core
     # tmpfs pages and inodes are memory charged to the container, and so to the program that
     # wrote them: its memory limit covers its processes and its files together.
-    work_tmpfs_mb: int = 64
-    tmp_tmpfs_mb: int = 64
+    work_tmpfs_mb: int = WORK_TMPFS_MB
+    tmp_tmpfs_mb: int = TMP_TMPFS_MB
     shm_mb: int = 16
-    scratch_inodes: int = 16384  # files + directories per tmpfs mount (/work, /tmp, /dev/shm)
+    scratch_inodes: int = SCRATCH_INODES  # files + directories per tmpfs mount (/work, /tmp, /dev/shm)
     runner_reserve_mb: int = 32  # the runner's own memory: it answers and cleans up after an OOM kill
     wall_clock_grace_s: float = 2.0  # the host kills the container this long after the runner's deadline
     control_timeout_s: float = 30.0  # for start-up, writes and resets
 
     def __post_init__(self) -> None:
         positive = ("pool_size", "recycle_after", "pids_limit", "work_tmpfs_mb", "tmp_tmpfs_mb", "shm_mb")
-        for name in (*positive, "scratch_inodes", "runner_reserve_mb"):
+        for name in (*positive, "num_warm", "scratch_inodes", "runner_reserve_mb"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.memory_mb < 16:
@@ -122,13 +141,18 @@ def ipc_sysctls(config: DockerPoolConfig) -> dict[str, str]:
     }
 
 
-def container_spec(config: DockerPoolConfig, uid: int, instance_id: str) -> dict[str, Any]:
-    """Keyword arguments of `containers.create` for one locked-down pool container."""
+def container_spec(
+    config: DockerPoolConfig, uid: int, instance_id: str, namespace_filter: bytes
+) -> dict[str, Any]:
+    """Keyword arguments of `containers.create` for one locked-down pool container.
+
+    `namespace_filter`: the BPF of sandbox.backends.seccomp_filter.namespace_filter, for the runner.
+    """
     owner = f"uid={uid},gid={uid},nosuid,nodev,nr_inodes={config.scratch_inodes}"
     memory = f"{config.cgroup_memory_mb(config.memory_mb)}m"
     return {
         "image": config.image,
-        "command": ["python3", "-I", "-S", "-c", RUNNER_SOURCE],
+        "command": ["python3", "-I", "-S", "-c", RUNNER_SOURCE, base64.b64encode(namespace_filter).decode()],
         "user": f"{uid}:{uid}",
         "network_mode": "none",
         "read_only": True,
@@ -193,13 +217,14 @@ class PooledContainer:
     needs_recycle: bool = False
     dead: bool = False  # killed by the host; the channel is gone
     reasons: list[str] = field(default_factory=list)
+    cgroup: ContainerCgroup | None = None  # where its CPU use is read; None where this host cannot
 
     @classmethod
     async def start(
-        cls, client: Any, config: DockerPoolConfig, uid: int, instance_id: str
+        cls, client: Any, config: DockerPoolConfig, uid: int, instance_id: str, namespace_filter: bytes
     ) -> PooledContainer:
         """Create, attach, start, and wait until the runner answers."""
-        spec = container_spec(config, uid, instance_id)
+        spec = container_spec(config, uid, instance_id, namespace_filter)
         container = await docker_call("creating a container", client.containers.create, **spec)
         try:
             raw = await docker_call("attaching to a container", _attach, container)
@@ -210,6 +235,7 @@ class PooledContainer:
         try:
             await docker_call("starting a container", container.start)
             await jail.request("ping")
+            jail.cgroup = await docker_call("inspecting a container", _find_cgroup, container)
         except BaseException:
             await jail.remove()
             raise
@@ -309,6 +335,11 @@ def _run_fields(argv: list[str], stdin: bytes, limits: Limits, judge_process: bo
             "max_file_size_mb": limits.max_file_size_mb,
         },
     }
+
+
+def _find_cgroup(container: Any) -> ContainerCgroup | None:
+    container.reload()  # the engine reports the init's pid once the container runs
+    return container_cgroup(container.id, container.attrs["State"]["Pid"])
 
 
 def _attach(container: Any) -> socket.socket:

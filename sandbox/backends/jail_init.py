@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from sandbox.backends.base import SandboxFailure
+from sandbox.backends.private_dirs import cache_directory
 
 JAIL_INIT_PATH = "/.sandbox-init"  # where the binary is mounted inside the jail
 EXEC_FAILED_EXIT_CODE = 127  # what a shell reports for a command it cannot execute
@@ -67,7 +68,7 @@ int main(int argc, char **argv) {
 def build_jail_init(cache_root: Path | None = None) -> Path:
     """The compiled init for this host (built on first use, then reused); raises SandboxFailure."""
     digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:16]
-    root = cache_root or Path(tempfile.gettempdir()) / "sandbox-bwrap-init"
+    root = cache_directory(cache_root)  # bwrap, running as a jail uid, traverses it to mount the binary
     binary = root / f"jail-init-{digest}"
     if binary.exists() and binary.stat().st_uid == 0:
         return binary
@@ -76,8 +77,6 @@ def build_jail_init(cache_root: Path | None = None) -> Path:
         raise SandboxFailure(
             "the bwrap backend compiles its jail init with a C compiler: apt-get install -y gcc"
         )
-    root.mkdir(mode=0o755, parents=True, exist_ok=True)
-    os.chmod(root, 0o755)  # jail uids never need it: bwrap mounts the binary, but keep it plain
     with tempfile.TemporaryDirectory(dir=root) as build_dir:
         source = Path(build_dir) / "jail_init.c"
         source.write_text(SOURCE)

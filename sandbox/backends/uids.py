@@ -12,6 +12,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from sandbox.backends.private_dirs import private_directory
+
 
 class UidPool:
     """Uids `base .. base + size - 1`, handed out one per session."""
@@ -22,8 +24,7 @@ class UidPool:
                 f"uid range must be non-system uids (base >= 1000, size >= 1), got {base}+{size}"
             )
         self.base, self.size = base, size
-        self._lock_dir = lock_dir
-        self._lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._lock_dir = private_directory(lock_dir, 0o700)  # nobody else may hold or remove our locks
         self._held: dict[int, int] = {}  # uid -> locked fd
         self._poll_s = poll_s
         self._next = base

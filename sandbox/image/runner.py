@@ -11,13 +11,19 @@ messages (4-byte big-endian length, then UTF-8 JSON; bytes travel base64-encoded
     reset                         -> {"ok": true, "clean": bool}  (kill everything, empty /work, /tmp,
                                                               remove IPC objects)
 
+Every process the runner starts runs under the namespace seccomp filter (BPF that the host
+exported with libseccomp, sandbox/backends/seccomp_filter.py, passed as the runner's argument),
+loaded right before exec: no program can make or enter a namespace. The judge of a call or
+assert test gets its user and PID namespace from the runner first, then the filter.
+
 Why PID 1: inside its PID namespace the init process ignores every signal it has no handler for,
 SIGKILL included, so jailed code running as the same uid cannot kill the runner, and orphaned
 grandchildren are reparented to it, so `kill(-1, SIGKILL)` from here ends every other process.
 The runner also makes itself non-dumpable so that jailed code cannot ptrace it or read
 /proc/1/mem, /proc/1/fd/*. It only measures; verdicts are decided on the host.
 
-Standard library only: the host passes this file's source as `python3 -I -S -c SOURCE`.
+Standard library only: the host passes this file's source as `python3 -I -S -c SOURCE FILTER`,
+FILTER being the namespace filter's BPF, base64-encoded.
 """
 
 import base64
@@ -56,9 +62,48 @@ MAX_QUEUE_BYTES = 819200
 READ_CHUNK = 65536
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER, PR_SET_NO_NEW_PRIVS = 22, 2, 38
+BPF_INSTRUCTION_BYTES = 8
 # A test's judge process (sandbox/harness.py) runs with the program as the init of a PID namespace
-# the judge is not in: no process of the program can see, signal or ptrace it.
-JUDGE_NAMESPACES_ARGV = ("unshare", "--user", "--map-current-user", "--pid", "--")
+# the judge is not in: no process of the program can see, signal or ptrace it. The user namespace
+# lets an unprivileged process make the PID namespace.
+CLONE_NEWUSER, CLONE_NEWPID = 0x10000000, 0x20000000
+
+
+class SeccompProgram(ctypes.Structure):
+    """struct sock_fprog: a BPF program as prctl(PR_SET_SECCOMP) takes it."""
+
+    _fields_ = [("length", ctypes.c_ushort), ("instructions", ctypes.c_void_p)]
+
+
+class NamespaceFilter:
+    """The namespace seccomp filter, loaded by each child of the runner right before exec."""
+
+    def __init__(self, bpf):
+        if not bpf or len(bpf) % BPF_INSTRUCTION_BYTES:
+            raise ValueError(f"the namespace filter must be whole BPF instructions, got {len(bpf)} bytes")
+        self.instructions = ctypes.create_string_buffer(bpf, len(bpf))
+        self.program = SeccompProgram(len(bpf) // BPF_INSTRUCTION_BYTES, ctypes.addressof(self.instructions))
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        word = ctypes.c_ulong
+        self.libc.prctl.argtypes = [ctypes.c_int, word, ctypes.c_void_p, word, word]
+
+    def load(self):
+        """Stack the filter on this process (and so on all it will start); raise OSError if refused."""
+        if self.libc.prctl(PR_SET_NO_NEW_PRIVS, 1, None, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        if self.libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(self.program), 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "loading the namespace seccomp filter failed")
+
+    def enter_judge_namespaces(self):
+        """A user namespace (this uid mapped to itself) and a PID namespace for this process's children."""
+        uid, gid = os.geteuid(), os.getegid()
+        if self.libc.unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0:
+            raise OSError(ctypes.get_errno(), "unshare of the judge's namespaces failed")
+        maps = {"setgroups": "deny", "uid_map": f"{uid} {uid} 1", "gid_map": f"{gid} {gid} 1"}
+        for name, text in maps.items():  # in this order: no gid map without setgroups denied
+            with open(f"/proc/self/{name}", "w") as handle:
+                handle.write(text)
 
 
 def read_message(stream):
@@ -183,9 +228,13 @@ def set_child_limits(limits):
         handle.write("1000")
 
 
-def spawn(argv, limits, judge_process):
-    if judge_process:  # the judge's children (the program) get a user and PID namespace of their own
-        argv = [*JUDGE_NAMESPACES_ARGV, *argv]
+def spawn(argv, limits, judge_process, namespace_filter):
+    def prepare_child():
+        set_child_limits(limits)
+        if judge_process:  # the judge's children (the program) get a user and PID namespace of their own
+            namespace_filter.enter_judge_namespaces()
+        namespace_filter.load()  # last: it denies what made the namespaces
+
     return subprocess.Popen(
         argv,
         cwd=WORK_DIR,
@@ -194,7 +243,7 @@ def spawn(argv, limits, judge_process):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own session and process group
-        preexec_fn=lambda: set_child_limits(limits),  # noqa: PLW1509 (the runner has one thread)
+        preexec_fn=prepare_child,  # noqa: PLW1509 (the runner has one thread)
     )
 
 
@@ -284,14 +333,14 @@ def kill_all():
         pass
 
 
-def run(argv, stdin, limits, emit, judge_process=False):
+def run(argv, stdin, limits, emit, namespace_filter, judge_process=False):
     """Run argv with limits; the runner's own wall clock kills everything at the deadline.
     Output goes to `emit(stream, chunk)` as it is read."""
     usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     oom_before = oom_kill_count()
     start = time.monotonic()
     try:
-        process = spawn(argv, limits, judge_process)
+        process = spawn(argv, limits, judge_process, namespace_filter)
     except OSError as error:
         return _exec_failure(argv, error, time.monotonic() - start, emit)
     pump = Pump(process, stdin, limits["max_output_bytes"], emit)
@@ -518,7 +567,7 @@ def reset():
     return clean and _other_writable_dirs_empty() and not ipc_objects_left() and not other_processes()
 
 
-def handle(request, responses):
+def handle(request, responses, namespace_filter):
     operation = request["op"]
     if operation == "ping":
         return {"ok": True}
@@ -531,7 +580,8 @@ def handle(request, responses):
         def emit(stream, chunk):
             write_message(responses, {"output": stream, "data": base64.b64encode(chunk).decode()})
 
-        result = run(request["argv"], stdin, request["limits"], emit, request.get("judge_process", False))
+        judge_process = request.get("judge_process", False)
+        result = run(request["argv"], stdin, request["limits"], emit, namespace_filter, judge_process)
         return {"ok": True, "result": result}
     if operation == "reset":
         return {"ok": True, "clean": reset()}
@@ -543,10 +593,13 @@ def main():
     # PID 1 ignores signals without a handler; drop Python's SIGINT handler so that holds.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.umask(0o077)
+    if len(sys.argv) != 2:
+        raise SystemExit("runner: pass the namespace filter's BPF, base64-encoded, as the only argument")
+    namespace_filter = NamespaceFilter(base64.b64decode(sys.argv[1]))
     requests, responses = sys.stdin.buffer, sys.stdout.buffer
     while (request := read_message(requests)) is not None:
         try:
-            response = handle(request, responses)
+            response = handle(request, responses, namespace_filter)
         except Exception as error:  # noqa: BLE001 (reported to the host, which recycles the container)
             response = {"ok": False, "error": f"{type(error).__name__}: {error}"}
         write_message(responses, response)

@@ -80,6 +80,16 @@ async def test_a_server_failing_twice_with_503_is_retried_until_it_answers(peer_
     assert len(peer.batches) == 3
 
 
+async def test_a_request_whose_body_timed_out_on_the_server_is_sent_again(peer_url) -> None:
+    async def body_timed_out(batch: list[dict]) -> web.Response:
+        return web.json_response({"error": "request timeout"}, status=408)
+
+    peer = ScriptedPeer([body_timed_out, answering(Verdict.AC)])
+    async with SandboxClient(await peer_url(peer), max_retries=3, **FAST_BACKOFF) as client:
+        response = await client.run(_echo("1\n", "1\n"))
+    assert (response.verdict, len(peer.batches)) == (Verdict.AC, 2)
+
+
 async def test_a_wrong_answer_is_returned_at_once_without_retrying(peer_url) -> None:
     peer = ScriptedPeer([answering(Verdict.WA)])
     async with SandboxClient(await peer_url(peer), max_retries=3, **FAST_BACKOFF) as client:

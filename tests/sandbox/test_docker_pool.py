@@ -144,6 +144,29 @@ async def test_sessions_beyond_the_pool_size_wait_for_a_free_container():
         await backend.close()
 
 
+async def test_the_pool_starts_its_warm_containers_and_grows_while_all_are_in_use_up_to_its_size(
+    docker_client,
+):
+    backend = await DockerBackend.create(pool_size=3, num_warm=1)
+    try:
+        assert len(_sandbox_containers(docker_client, backend.instance_id)) == 1
+        sessions = [await backend.open_session() for _ in range(3)]
+        assert len(_sandbox_containers(docker_client, backend.instance_id)) == 3
+        waiter = asyncio.create_task(backend.open_session())
+        await asyncio.sleep(0.2)
+        assert not waiter.done()
+        await sessions[0].close()
+        fourth = await asyncio.wait_for(waiter, timeout=30)
+        assert fourth.container_id == sessions[0].container_id
+        for session in [*sessions[1:], fourth]:
+            await session.close()
+        # Containers started on demand stay in the pool.
+        containers = _sandbox_containers(docker_client, backend.instance_id)
+        assert (backend.stats.num_started, len(containers)) == (3, 3)
+    finally:
+        await backend.close()
+
+
 async def test_a_frozen_runner_is_killed_by_the_host_wall_clock_and_its_session_fails_afterwards(
     docker_client,
 ):

@@ -6,7 +6,9 @@ helper) survives, no session dir or mount is left, and a file outside the jail i
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import json
 import os
 import socket
 import tempfile
@@ -16,6 +18,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from sandbox.backends.base import WORK_TMPFS_MB
 from sandbox.backends.docker_container import INSTANCE_LABEL
 from sandbox.executor import Executor
 from sandbox.types import (
@@ -205,9 +208,37 @@ async def test_writing_a_huge_file_is_ole(executor: Executor, directory: str) ->
 
 async def test_creating_files_without_end_is_stopped_and_cleaned_up(executor: Executor) -> None:
     code = "i = 0\nwhile True:\n    open(f'/work/f{i}', 'w').close()\n    i += 1"
-    # A disk-backed work dir lets the loop run into the time limit; an in-memory one (Docker's
-    # tmpfs) runs out of inodes first, which is the program exceeding its output allowance.
-    assert (await _run(executor, code)).verdict in (Verdict.TLE, Verdict.OLE)
+    # /work is a tmpfs with an inode limit on both backends: the loop runs out of inodes, which
+    # is the program exceeding its output allowance.
+    assert (await _run(executor, code)).verdict == Verdict.OLE
+
+
+# Fills one directory with 8 MiB files (each below the file size limit) until a write fails:
+# prints the error's errno (or None) and how many MiB were written.
+FILL_DIRECTORY = """
+import os
+written, error = 0, None
+try:
+    for index in range(40):
+        with open(f'{directory}/fill{{index}}', 'wb') as handle:
+            for _ in range(8):
+                handle.write(b'x' * (1 << 20))
+                written += 1
+except OSError as raised:
+    error = raised.errno
+print(error, written)
+"""
+
+
+@pytest.mark.parametrize("directory", ["/work", "/tmp"])
+async def test_writing_past_the_disk_quota_fails_with_enospc_and_is_ole(
+    executor: Executor, directory: str
+) -> None:
+    response = await _run(executor, FILL_DIRECTORY.format(directory=directory))
+    error, written_mb = response.run.stdout.split()
+    assert (response.verdict, error) == (Verdict.OLE, str(errno.ENOSPC))
+    assert int(written_mb) <= WORK_TMPFS_MB  # the quota of /work and of /tmp alike
+    assert (await _run(executor, "print('after')")).run.stdout == "after\n"
 
 
 async def test_opening_too_many_files_is_a_runtime_error(executor: Executor) -> None:
@@ -304,6 +335,83 @@ async def test_the_network_is_unreachable(executor: Executor) -> None:
     finally:
         listener.close()
     assert (response.verdict, response.run.stdout) == (Verdict.AC, "[]\n")
+
+
+# Tries to make or enter a namespace every way there is, each in a fresh child (an attempt that
+# succeeded would change what the next one can do) and returns {attempt: errno, 0 if it succeeded}.
+MAKE_NAMESPACES = """
+import ctypes, errno, os, platform, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+CLONE_NUMBERS = {'x86_64': (56, 435), 'aarch64': (220, 435)}[platform.machine()]
+NEWUSER, NEWNET, NEWNS, SIGCHLD = 0x10000000, 0x40000000, 0x20000, 17
+
+def errno_of(result):
+    return ctypes.get_errno() if result < 0 else 0
+
+def in_child(attempt):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os._exit(attempt())
+        finally:
+            os._exit(255)  # the attempt raised: neither refused nor done
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+def raw_clone(number, *args):
+    pid = libc.syscall(number, *[ctypes.c_long(arg) for arg in args])
+    if pid == 0:
+        os._exit(0)
+    if pid > 0:
+        os.waitpid(pid, 0)
+    return errno_of(pid)
+
+def clone3_user():
+    clone_args = (ctypes.c_uint64 * 8)(NEWUSER, 0, 0, 0, SIGCHLD, 0, 0, 0)
+    return raw_clone(CLONE_NUMBERS[1], ctypes.addressof(clone_args), ctypes.sizeof(clone_args))
+
+def unshare_command():
+    done = subprocess.run(['unshare', '-Ur', 'true'], capture_output=True)
+    return 0 if done.returncode == 0 else errno.EPERM if b'Operation not permitted' in done.stderr else 255
+
+def attempts():
+    return {
+        'unshare_user': in_child(lambda: errno_of(libc.unshare(NEWUSER))),
+        'unshare_net': in_child(lambda: errno_of(libc.unshare(NEWNET))),
+        'unshare_mount': in_child(lambda: errno_of(libc.unshare(NEWNS))),
+        'unshare_command': in_child(unshare_command),
+        'setns_net': in_child(lambda: errno_of(libc.setns(os.open('/proc/self/ns/net', os.O_RDONLY), 0))),
+        'clone_user': in_child(lambda: raw_clone(CLONE_NUMBERS[0], NEWUSER | SIGCHLD, 0, 0, 0, 0)),
+        'clone_net': in_child(lambda: raw_clone(CLONE_NUMBERS[0], NEWNET | SIGCHLD, 0, 0, 0, 0)),
+        'clone3_user': in_child(clone3_user),
+    }
+"""
+# EPERM from the filter for all but clone3, which must look absent so that libc falls back to clone.
+NAMESPACES_REFUSED = {
+    "unshare_user": errno.EPERM, "unshare_net": errno.EPERM, "unshare_mount": errno.EPERM,
+    "unshare_command": errno.EPERM, "setns_net": errno.EPERM, "clone_user": errno.EPERM,
+    "clone_net": errno.EPERM, "clone3_user": errno.ENOSYS,
+}  # fmt: skip
+
+
+async def test_a_program_can_make_or_enter_no_namespace(executor: Executor) -> None:
+    response = await _run(executor, MAKE_NAMESPACES + "import json\nprint(json.dumps(attempts()))")
+    assert (response.verdict, json.loads(response.run.stdout)) == (Verdict.AC, NAMESPACES_REFUSED)
+
+
+async def test_under_the_judge_of_call_and_assert_tests_a_program_can_make_no_namespace(
+    executor: Executor,
+) -> None:
+    """The judge's own user and PID namespaces exist here: the program still makes none of its own."""
+    tests = [CallTest(expected=NAMESPACES_REFUSED)]
+    call = RunRequest(
+        language=Language.PYTHON, code=MAKE_NAMESPACES, entry_point="attempts", tests=tests, limits=LIMITS
+    )
+    test_code = f"found = attempts()\nassert found == {NAMESPACES_REFUSED!r}, found"
+    call_response = await executor.run(call)
+    assert_response = await executor.run(_assert_request(MAKE_NAMESPACES, test_code))
+    assert call_response.verdict == Verdict.AC, call_response.tests[0]
+    assert assert_response.verdict == Verdict.AC, assert_response.tests[0]
 
 
 # --- judging tricks -------------------------------------------------------------------------

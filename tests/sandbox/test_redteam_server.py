@@ -31,7 +31,7 @@ SPIN = {
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def url(backend_name: str) -> AsyncIterator[str]:
-    executor = await Executor.create(backend_name, max_concurrency=2)
+    executor = await Executor.create(backend_name)  # the server's default admission
     async with serve(create_app(executor, default_deadline_s=DEFAULT_DEADLINE_S)) as base_url:
         yield base_url
 
@@ -53,7 +53,8 @@ async def _idle(session: aiohttp.ClientSession, url: str, within_s: float) -> bo
 
 
 async def test_a_burst_of_over_limit_programs_gets_verdicts_or_busy_and_then_serves_at_once(url: str) -> None:
-    # 100 SandboxFusion-style clients (no deadline header, 10 s read timeout), 2 slots.
+    # 100 SandboxFusion-style clients (no deadline header, 10 s read timeout); CPU-bound programs take
+    # a core each, so they start about two at a time on two cores.
     timeout = aiohttp.ClientTimeout(total=10)
     async with aiohttp.ClientSession(timeout=timeout) as session:
 
@@ -91,9 +92,9 @@ async def test_work_of_a_client_that_disconnected_leaves_the_queue_and_is_killed
 
 
 async def test_a_request_that_cannot_start_before_its_deadline_is_busy_with_retry_after(url: str) -> None:
-    sleeper = {**SPIN, "code": "import time\ntime.sleep(60)", "run_timeout": 4}
+    spinner = {**SPIN, "run_timeout": 4}  # two CPU-bound runs fill both slots
     async with aiohttp.ClientSession() as session:
-        blockers = [asyncio.create_task(session.post(f"{url}/run_code", json=sleeper)) for _ in range(2)]
+        blockers = [asyncio.create_task(session.post(f"{url}/run_code", json=spinner)) for _ in range(2)]
         await asyncio.sleep(0.5)
         headers = {"X-Sandbox-Deadline-S": "0.5"}
         async with session.post(f"{url}/run_code", json=SPIN, headers=headers) as answer:

@@ -189,6 +189,35 @@ async def test_a_well_formed_but_impossible_request_in_a_batch_is_400_naming_it(
     assert answer["message"].startswith("requests.1: tests[0] is a 'call' test")
 
 
+async def test_limits_above_the_servers_maximums_are_400_naming_the_field_the_value_and_the_maximum(
+    url: str,
+) -> None:
+    body = _stdio(ECHO, "", "").model_dump()
+    body["limits"] |= {"time_s": 600, "max_output_bytes": 1 << 30}
+    status, answer = await _post(f"{url}/v1/run", body)
+    assert status == 400
+    assert answer["message"] == (
+        "limits.time_s is 600, above this server's maximum of 60 (--max-time-s); limits.max_output_bytes "
+        "is 1073741824, above this server's maximum of 8388608 (--max-output-mb)"
+    )
+    assert [item["loc"] for item in answer["detail"]] == [
+        ["limits", "time_s"],
+        ["limits", "max_output_bytes"],
+    ]
+
+
+async def test_a_batch_item_above_the_maximum_memory_is_400_naming_it(url: str) -> None:
+    big = _stdio(ECHO, "", "").model_dump()
+    big["limits"]["memory_mb"] = 65536
+    status, answer = await _post(
+        f"{url}/v1/run_batch", {"requests": [_stdio(ECHO, "", "").model_dump(), big]}
+    )
+    assert status == 400
+    assert answer["message"] == (
+        "requests.1.limits.memory_mb is 65536, above this server's maximum of 4096 (--max-memory-mb)"
+    )
+
+
 async def test_a_body_that_is_not_json_is_400(url: str) -> None:
     async with aiohttp.ClientSession() as session, session.post(f"{url}/v1/run", data=b"{not json") as answer:
         assert answer.status == 400

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 
 from sandbox.executor import Executor
-from sandbox.server import create_app, serve
+from sandbox.server import RequestCaps, create_app, serve
 
 RESPONSE_KEYS = {"status", "message", "compile_result", "run_result", "executor_pod_name", "files"}
 COMMAND_KEYS = {"status", "execution_time", "return_code", "stdout", "stderr"}
@@ -89,3 +89,33 @@ async def test_an_unknown_language_is_422_in_sandboxfusions_validation_shape(url
 async def test_ping_answers_pong(url: str) -> None:
     async with aiohttp.ClientSession() as session, session.get(f"{url}/v1/ping") as answer:
         assert (answer.status, await answer.json()) == (200, "pong")
+
+
+async def test_a_program_sleeping_past_run_timeout_is_time_limit_exceeded(url: str) -> None:
+    # run_timeout is SandboxFusion's wall clock: a sleeping program uses no CPU and still times out
+    # (a CPU limit with a wall clock 1.5 times as long, at least 1 s more, would let it finish).
+    body = {"code": "import time\ntime.sleep(2.6)\nprint('woke')", "language": "python", "run_timeout": 2}
+    status, answer = await _run_code(url, body)
+    assert (status, answer["status"], answer["run_result"]["status"]) == (200, "Failed", "TimeLimitExceeded")
+
+
+async def test_a_run_timeout_above_the_servers_maximum_is_422_naming_it_the_value_and_the_maximum(
+    url: str,
+) -> None:
+    status, body = await _run_code(url, {"code": "print(1)", "language": "python", "run_timeout": 120})
+    assert status == 422
+    assert body["detail"] == [
+        {
+            "loc": ["body", "run_timeout"],
+            "msg": "run_timeout is 120, above this server's maximum of 60 (--max-time-s)",
+            "type": "value_error",
+        }
+    ]
+
+
+async def test_no_memory_limit_means_the_servers_maximum_memory() -> None:
+    executor = await Executor.create(backend="bwrap", max_concurrency=2)
+    async with serve(create_app(executor, caps=RequestCaps(max_memory_mb=64))) as base_url:
+        code = "data = bytearray(200 << 20)\nprint(len(data))"
+        status, body = await _run_code(base_url, {"code": code, "language": "python", "memory_limit_MB": -1})
+    assert (status, body["status"], body["message"].split(":")[0]) == (200, "Failed", "MLE")

@@ -32,7 +32,8 @@ def test_a_sandboxfusion_request_becomes_a_plain_run_with_its_timeout_memory_and
     assert run.code == "print(input())"
     assert run.stdin == "hi"
     assert run.tests == []
-    assert (run.limits.time_s, run.limits.memory_mb) == (3.0, 256)
+    # run_timeout is SandboxFusion's wall clock: a program that sleeps past it is timed out.
+    assert (run.limits.time_s, run.limits.wall_time_s, run.limits.memory_mb) == (3.0, 3.0, 256)
 
 
 def test_memory_limit_minus_one_means_the_generous_cap_and_missing_stdin_means_empty() -> None:
