@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     # Heavy imports only after the config is known to be valid.
-    from agentrl.engine.sglang_protocol import EngineRequestError
+    from agentrl.engine.remote.sglang_protocol import EngineRequestError
     from agentrl.trainer.components import build_env_factory, build_trainer
     from agentrl.trainer.health import RunStopped
 

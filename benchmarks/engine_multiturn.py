@@ -26,28 +26,33 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import tempfile
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 from engine_throughput import (
     Measurement,
     build_model,
     build_parser,
-    engine_kwargs,
     kv_positions_read,
     median_round,
+    open_engine,
+    parse_args,
     print_roofline,
     profiler_of,
     roofline_of,
     sample_kwargs,
+    save_checkpoint,
     synchronize,
 )
 from kernel_profile import format_profile
 from transformers import PreTrainedModel
 
-from agentrl.engine import SamplingParams, TransformersEngine
-from agentrl.engine.model_setup import attention_backends
+from agentrl.engine import SamplingParams
+from agentrl.engine.builtin.model.model_setup import attention_backends
+from agentrl.engine.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -86,9 +91,9 @@ def make_episodes(args, vocab_size: int) -> Episodes:
 
 
 async def run_engine(
-    model: PreTrainedModel, episodes: Episodes, args, prefix_cache: bool
+    checkpoint: ModelConfig, episodes: Episodes, args, prefix_cache: bool
 ) -> tuple[Measurement, Transcript]:
-    async with TransformersEngine(model, [], **engine_kwargs(args, prefix_cache)) as engine:
+    async with open_engine(checkpoint, args, prefix_cache) as engine:
         transcript = Transcript([], [])
 
         async def episode(index: int, seed: int, record: bool) -> int:
@@ -194,12 +199,14 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=8, help="episodes sharing a first prompt")
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--observation-tokens", type=int, nargs=2, default=[8, 32], metavar=("MIN", "MAX"))
-    args = parser.parse_args()
+    args = parse_args(parser)
     model = build_model(args.model, args.device, getattr(torch, args.dtype))
     roofline = roofline_of(model, args.device)
     episodes = make_episodes(args, model.config.vocab_size)
-    cached, transcript = asyncio.run(run_engine(model, episodes, args, prefix_cache=True))
-    uncached, _ = asyncio.run(run_engine(model, episodes, args, prefix_cache=False))
+    with tempfile.TemporaryDirectory(prefix="engine-benchmark-") as directory:
+        checkpoint = save_checkpoint(model, Path(directory), args.dtype)
+        cached, transcript = asyncio.run(run_engine(checkpoint, episodes, args, prefix_cache=True))
+        uncached, _ = asyncio.run(run_engine(checkpoint, episodes, args, prefix_cache=False))
     static = run_static_generate(model, episodes, args)
     print(f"model={args.model} device={args.device} dtype={args.dtype} episodes={args.num_requests} "
           f"group_size={args.group_size} turns={args.turns} prompt_tokens={args.prompt_tokens} "

@@ -3,8 +3,10 @@
 Requests get varied prompt lengths and varied numbers of new tokens (EOS disabled, so each
 produces exactly its budget). Measured in the same run, on the same random-weight model:
 
-- engine: every request submitted at once to `TransformersEngine` (continuous batching), after a
-  warm-up round; with `--repeats N`, N timed rounds, the median one reported;
+- engine: every request submitted at once to the built-in engine (continuous batching), after a
+  warm-up round; with `--repeats N`, N timed rounds, the median one reported. It is built as a
+  run builds it (`build_engine`, from the engine flags and the model saved to a temporary
+  checkpoint), so it serves its own copy of the weights;
 - baseline: one request at a time through `model.generate()` (a subset of the requests,
   since the rate of a sequential loop does not depend on how many requests it runs);
 - optionally, a reference: all requests as one static left-padded `model.generate()` batch,
@@ -27,16 +29,23 @@ import argparse
 import asyncio
 import json
 import random
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 from kernel_profile import Profiled, format_profile
-from transformers import PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from agentrl.devices import resolve_device
 from agentrl.engine import SamplingParams, TransformersEngine
-from agentrl.engine.model_setup import attention_backends
+from agentrl.engine.builtin.model.model_setup import attention_backends
+from agentrl.engine.config import ModelConfig, add_engine_flags, engine_config_from_flags
+from agentrl.engine.factory import build_engine
 
 MODEL_SHAPES = {
     # A few-layer model that runs on two CPU cores in seconds.
@@ -146,19 +155,31 @@ def kv_positions_read(prompt_lengths: Sequence[int], new_tokens: Sequence[int]) 
     return sum(p * (n - 1) + n * (n - 1) // 2 for p, n in zip(prompt_lengths, new_tokens, strict=True))
 
 
-def engine_kwargs(args: argparse.Namespace, prefix_cache: bool = True) -> dict:
-    return {
-        "device": args.device, "max_batch_size": args.max_batch_size,
-        "max_prefill_tokens": args.max_prefill_tokens, "seed": args.seed,
-        "prefix_cache_bytes": int(args.prefix_cache_gib * 2**30) if prefix_cache else 0,
-        "cuda_graphs": not args.no_cuda_graphs, "prefill_interval": args.prefill_interval,
-        "torch_compile": args.torch_compile, "fused_forward": not args.no_fused_forward,
-    }  # fmt: skip
+def save_checkpoint(model: PreTrainedModel, directory: Path, dtype: str) -> ModelConfig:
+    """`model` saved as a checkpoint `build_engine` loads, with a tokenizer that names no EOS."""
+    model.save_pretrained(directory)
+    vocabulary = Tokenizer(WordLevel({"<unk>": 0}, unk_token="<unk>"))
+    # An EOS named null: left out, transformers would give the model type's tokenizer its default EOS.
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=vocabulary, unk_token="<unk>", eos_token=None)
+    tokenizer.save_pretrained(directory)
+    return ModelConfig(path=str(directory), dtype=dtype)
 
 
-async def run_engine(model: PreTrainedModel, workload: Workload, args: argparse.Namespace) -> Measurement:
+def open_engine(checkpoint: ModelConfig, args: argparse.Namespace, prefix_cache: bool) -> TransformersEngine:
+    """The built-in engine the engine flags describe (`prefix_cache=False`: its prefix cache off)."""
+    config = engine_config_from_flags(args)
+    if not prefix_cache:
+        config = config.model_copy(update={"prefix_cache_bytes": 0})
+    engine = build_engine(checkpoint, config, seed=args.seed)
+    assert not engine.eos_ids, f"EOS must be disabled, but the engine stops at {sorted(engine.eos_ids)}"
+    return engine
+
+
+async def run_engine(
+    checkpoint: ModelConfig, model: PreTrainedModel, workload: Workload, args: argparse.Namespace
+) -> Measurement:
     # The prefix cache stays off: a rerun of the same prompts would hit it and measure less work.
-    async with TransformersEngine(model, [], **engine_kwargs(args, prefix_cache=False)) as engine:
+    async with open_engine(checkpoint, args, prefix_cache=False) as engine:
 
         async def run_once() -> list:
             return await asyncio.gather(
@@ -299,31 +320,15 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     """The flags both engine benchmarks share."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", choices=sorted(MODEL_SHAPES), default="tiny")
-    parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--num-requests", type=int, default=32)
     parser.add_argument("--prompt-tokens", type=int, nargs=2, default=[8, 64], metavar=("MIN", "MAX"))
     parser.add_argument("--new-tokens", type=int, nargs=2, default=[8, 48], metavar=("MIN", "MAX"))
-    parser.add_argument("--max-batch-size", type=int, default=256)
-    parser.add_argument("--max-prefill-tokens", type=int, default=32768)
     parser.add_argument(
         "--baseline-requests", type=int, default=8, help="requests timed in the sequential loop"
     )
     parser.add_argument(
         "--static-reference", action="store_true", help="also time one static generate() batch"
-    )
-    parser.add_argument("--prefix-cache-gib", type=float, default=8.0, help="engine prefix-cache budget")
-    parser.add_argument("--no-cuda-graphs", action="store_true", help="decode without CUDA graphs")
-    parser.add_argument(
-        "--torch-compile", action="store_true", help="engine: compile decoder layers' MLP and RMSNorms"
-    )
-    parser.add_argument(
-        "--no-fused-forward",
-        action="store_true",
-        help="engine: transformers' modules instead of fused kernels",
-    )
-    parser.add_argument(
-        "--prefill-interval", type=int, default=1, help="engine: decode steps between admissions"
     )
     parser.add_argument(
         "--repeats",
@@ -346,7 +351,19 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         help="--profile, also recording the host's Python calls: adds which project code each thread ran "
         "while the GPU idled (the recording slows the host, so the gaps grow)",
     )
+    add_engine_flags(parser)  # --device, --max-batch-size, --no-cuda-graphs, ...: the engine's knobs
+    # The benchmark's own defaults: every request in one batch and one prefill pass, on the CPU unless asked.
+    parser.set_defaults(
+        device="cpu", max_batch_size=256, max_prefill_tokens=32768, prefix_cache_bytes=8 << 30
+    )
     return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags, with --device resolved (auto: cuda where available)."""
+    args = parser.parse_args(argv)
+    args.device = resolve_device(args.device, "--device")
+    return args
 
 
 def print_roofline(roofline: Roofline, engine: Measurement, kv_read: int) -> None:
@@ -360,11 +377,13 @@ def print_roofline(roofline: Roofline, engine: Measurement, kv_read: int) -> Non
 
 
 def main() -> None:
-    args = build_parser(__doc__.split("\n")[0]).parse_args()
+    args = parse_args(build_parser(__doc__.split("\n")[0]))
     model = build_model(args.model, args.device, getattr(torch, args.dtype))
     roofline = roofline_of(model, args.device)
     workload = make_workload(args, model.config.vocab_size)
-    engine = asyncio.run(run_engine(model, workload, args))
+    with tempfile.TemporaryDirectory(prefix="engine-benchmark-") as directory:
+        checkpoint = save_checkpoint(model, Path(directory), args.dtype)
+        engine = asyncio.run(run_engine(checkpoint, model, workload, args))
     baseline = run_sequential_generate(model, workload, args)
     measurements = [baseline, engine]
     if args.static_reference:

@@ -72,7 +72,7 @@ class Gap:
 class HostCall:
     """One call of a project function on the host, from the profiler's Python stack recording."""
 
-    name: str  # as the profiler names it: "agentrl/engine/scheduler.py(167): _launch_decode"
+    name: str  # as the profiler names it: "agentrl/engine/builtin/runner/model_runner.py(143): decode"
     thread: int
     start_us: float
     end_us: float

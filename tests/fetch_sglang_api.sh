@@ -5,7 +5,7 @@
 # Idempotent; run by tests/install_system_packages.sh with the test virtualenv active.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VERSION="$(python -c 'from agentrl.engine.sglang_protocol import SGLANG_VERSION; print(SGLANG_VERSION)')"
+VERSION="$(python -c 'from agentrl.engine.remote.sglang_protocol import SGLANG_VERSION; print(SGLANG_VERSION)')"
 TARGET="$REPO_ROOT/tests/.sglang/$VERSION"
 if [ ! -f "$TARGET/api_types.py" ]; then
     echo "[fetch_sglang_api] downloading the sglang $VERSION wheel for its api_types.py" >&2

@@ -25,11 +25,10 @@ from agentrl.debug.commands import Quit, run_command, show_all
 from agentrl.debug.replay_command import replay
 from agentrl.debug.session import DebugSession, EpisodeSetup
 from agentrl.debug.terminal import INTERRUPTED, interact
-from agentrl.devices import resolve_device
-from agentrl.engine.transformers_engine import TransformersEngine
+from agentrl.engine.factory import build_engine
 from agentrl.model_path import load_tokenizer, resolve_model_path
 from agentrl.rollout.chat_template import ChatTemplate
-from agentrl.trainer.components import DTYPES, build_env_factory, load_task_data
+from agentrl.trainer.components import build_env_factory, load_task_data
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -70,12 +69,7 @@ def build_setup(config: Config, row: int | None, seed: int) -> EpisodeSetup:
     model_path = resolve_model_path(config.model.path)
     tokenizer = load_tokenizer(model_path)
     template = ChatTemplate(tokenizer)
-    engine = TransformersEngine.from_pretrained(
-        model_path,
-        device=resolve_device(config.engine.device, "engine.device"),
-        dtype=DTYPES[config.model.dtype],
-        seed=seed,
-    )
+    engine = build_engine(config.model, config.engine, seed=seed)
     facts, _ = template_facts(template, stop_token_ids(model_path, tokenizer))
     return EpisodeSetup(
         make_env=make_env, engine=engine, template=template, row=rows[index], row_index=index,

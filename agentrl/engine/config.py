@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import argparse
+from typing import Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -21,7 +22,7 @@ class ModelConfig(BaseModel):
 
 
 # Knobs that only one backend reads; setting one for the other backend is an error, not a no-op.
-_BUILT_IN_ONLY = (
+BUILT_IN_KNOBS = (
     "device", "max_batch_size", "max_prefill_tokens", "prefix_cache_bytes", "prefix_block_size", "cuda_graphs",
     "prefill_interval", "torch_compile", "fused_forward", "decode_lookahead",
 )  # fmt: skip
@@ -123,7 +124,7 @@ class EngineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _knobs_fit_the_backend(self) -> EngineConfig:
-        wrong = _SGLANG_ONLY if self.backend == "transformers" else _BUILT_IN_ONLY
+        wrong = _SGLANG_ONLY if self.backend == "transformers" else BUILT_IN_KNOBS
         misplaced = [name for name in wrong if self._differs_from_default(name)]
         if misplaced:
             raise ValueError(
@@ -146,3 +147,28 @@ class EngineConfig(BaseModel):
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError(f"engine.url={self.url!r} must start with http:// or https://")
         return self
+
+
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per built-in knob (`--max-batch-size N`, `--cuda-graphs/--no-cuda-graphs`, ...).
+
+    For command lines outside the config system (`python -m agentrl.engine.serve`, the engine
+    benchmarks): each flag's help and default are its `EngineConfig` field's (a parser may
+    `set_defaults` its own), and `engine_config_from_flags` turns the parsed flags into the section.
+    """
+    for name in BUILT_IN_KNOBS:
+        field = EngineConfig.model_fields[name]
+        default = field.get_default(call_default_factory=True)
+        options = {"dest": name, "default": default, "help": f"{field.description} (default: %(default)s)"}
+        if field.annotation is bool:
+            options["action"] = argparse.BooleanOptionalAction
+        elif get_origin(field.annotation) is Literal:
+            options["choices"] = get_args(field.annotation)
+        else:  # an int, or an int the engine may choose (None)
+            options["type"] = int
+        parser.add_argument("--" + name.replace("_", "-"), **options)
+
+
+def engine_config_from_flags(args: argparse.Namespace) -> EngineConfig:
+    """The built-in engine's section, from flags that `add_engine_flags` added to a parser."""
+    return EngineConfig(**{name: getattr(args, name) for name in BUILT_IN_KNOBS})

@@ -2,42 +2,33 @@
 
 from __future__ import annotations
 
-import torch
-
 from agentrl.engine.config import EngineConfig, ModelConfig
 from agentrl.engine.protocol import InferenceEngine
+from agentrl.model_path import resolve_model_path
 
 
 def build_engine(
-    model: ModelConfig, engine: EngineConfig, *, model_path: str, device: str, dtype: torch.dtype, seed: int
+    model: ModelConfig, engine: EngineConfig, *, seed: int, policy_version: int = 0
 ) -> InferenceEngine:
     """The built-in engine in this process, or a client of an SGLang-protocol server.
 
-    `model_path` is the resolved checkpoint (not 'tiny'); `device` is the built-in engine's
-    resolved device (a server places its own model). With `engine.launch=true` the server is
-    started here, with `model.dtype` and `seed`, and stopped by the engine's `close()`; with
-    `engine.url` the server must already answer, reporting a decimal weight_version.
+    Every engine agentrl runs is built here, from the `model` and `engine` sections: by the
+    trainer (one process, torchrun, Ray colocated), by the Ray engine servers, by
+    `python -m agentrl.engine.serve`, by the debugger and by the engine benchmarks.
+    The built-in engine loads `model.path` in `model.dtype` onto `engine.device` and starts at
+    `policy_version`; a server reports its own. With `engine.launch=true` the server is started
+    here, with `model.dtype` and `seed`, and stopped by the engine's `close()`; with `engine.url`
+    the server must already answer, reporting a decimal weight_version.
     """
+    model_path = resolve_model_path(model.path)
     if engine.backend == "transformers":
-        from agentrl.engine.transformers_engine import TransformersEngine
+        from agentrl.engine.builtin.engine import TransformersEngine
 
         return TransformersEngine.from_pretrained(
-            model_path,
-            device=device,
-            dtype=dtype,
-            max_batch_size=engine.max_batch_size,
-            max_prefill_tokens=engine.max_prefill_tokens,
-            prefix_cache_bytes=engine.prefix_cache_bytes,
-            prefix_block_size=engine.prefix_block_size,
-            cuda_graphs=engine.cuda_graphs,
-            prefill_interval=engine.prefill_interval,
-            torch_compile=engine.torch_compile,
-            fused_forward=engine.fused_forward,
-            decode_lookahead=engine.decode_lookahead,
-            seed=seed,
+            model_path, engine, dtype=model.dtype, seed=seed, policy_version=policy_version
         )
-    from agentrl.engine.sglang_client import SGLangEngine
-    from agentrl.engine.sglang_launcher import LaunchedServer, probe_server
+    from agentrl.engine.remote.sglang_client import SGLangEngine
+    from agentrl.engine.remote.sglang_launcher import LaunchedServer, probe_server
 
     server = None
     if engine.launch:

@@ -14,7 +14,7 @@ from agentrl.config import Config
 from agentrl.engine.config import EngineConfig
 
 if TYPE_CHECKING:
-    from agentrl.engine.balanced_client import BalancedEngine
+    from agentrl.engine.remote.balanced_client import BalancedEngine
 
 
 @ray.remote
@@ -28,7 +28,7 @@ class PolicyWorkerActor:
             port = probe.getsockname()[1]
         return ray.util.get_node_ip_address(), port
 
-    def fit(
+    def build(
         self,
         config: Config,
         run_dir: Path,
@@ -40,7 +40,8 @@ class PolicyWorkerActor:
         engine_urls: list[str],
         api_key: str,
     ) -> None:
-        """Join the process group as `rank` and train; with `engine_urls`, generate through those servers."""
+        """Join the process group as `rank` and build its trainer; with `engine_urls`, one that
+        generates through those servers."""
         # Ray gives each actor only its own GPUs (CUDA_VISIBLE_DEVICES), so its device is always local index 0.
         os.environ.update(
             RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
@@ -49,19 +50,22 @@ class PolicyWorkerActor:
         from agentrl.trainer.components import build_trainer
 
         if not engine_urls:  # colocated: the engine section builds this worker's own engine
-            trainer = build_trainer(config, run_dir)
+            self.trainer = build_trainer(config, run_dir)
         else:  # split: one client over every engine server
             engine = balanced_engine(config, run_dir, engine_urls, api_key, rank=rank)
-            trainer = build_trainer(config, run_dir, engine=engine)
-        asyncio.run(trainer.fit())
+            self.trainer = build_trainer(config, run_dir, engine=engine)
+
+    def fit(self) -> None:
+        """Train with the trainer `build` made."""
+        asyncio.run(self.trainer.fit())
 
 
 def balanced_engine(
     config: Config, run_dir: Path, engine_urls: list[str], api_key: str, *, rank: int
 ) -> BalancedEngine:
     """Rank `rank`'s client of every engine server; rank 0 is the one that loads new weights."""
-    from agentrl.engine.balanced_client import BalancedEngine
-    from agentrl.engine.sglang_client import SGLangEngine
+    from agentrl.engine.remote.balanced_client import BalancedEngine
+    from agentrl.engine.remote.sglang_client import SGLangEngine
     from agentrl.model_path import resolve_model_path
 
     model_path = resolve_model_path(config.model.path)
@@ -97,17 +101,13 @@ class EngineServer:
         """Load the policy the run starts from and serve it; the URL workers reach it at."""
         from aiohttp import web
 
-        from agentrl.devices import resolve_device
-        from agentrl.engine.http_server import ServedEngine, build_app
-        from agentrl.engine.transformers_engine import TransformersEngine
+        from agentrl.engine.factory import build_engine
+        from agentrl.engine.serve.http_server import ServedEngine, build_app
         from agentrl.model_path import load_tokenizer, resolve_model_path
         from agentrl.trainer.components import DTYPES
 
         model_path, dtype = resolve_model_path(config.model.path), DTYPES[config.model.dtype]
-        self.engine = TransformersEngine.from_pretrained(
-            model_path, device=resolve_device(config.engine.device, "engine.device"), dtype=dtype,
-            max_batch_size=config.engine.max_batch_size, seed=config.trainer.seed,
-        )  # fmt: skip
+        self.engine = build_engine(config.model, config.engine, seed=config.trainer.seed)
         served = ServedEngine(self.engine, load_tokenizer(model_path), model_path, dtype, api_key=api_key)
         self.runner = web.AppRunner(build_app(served), access_log=None)
         await self.runner.setup()

@@ -34,7 +34,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from agentrl.config import Config
-from agentrl.engine.sglang_protocol import EngineRequestError
+from agentrl.engine.remote.sglang_protocol import EngineRequestError
 from agentrl.launchers.actors import EngineServer, PolicyWorkerActor
 from agentrl.trainer.health import RunStopped
 
@@ -137,7 +137,7 @@ def _fit_on_actors(config: Config, run_dir: Path) -> None:
         master_address, master_port = _get([workers[0].rendezvous_address.remote()], None)[0]
         _get(
             [
-                worker.fit.remote(
+                worker.build.remote(
                     config,
                     run_dir,
                     rank=rank,
@@ -151,6 +151,7 @@ def _fit_on_actors(config: Config, run_dir: Path) -> None:
             ],
             None,
         )
+        _get([worker.fit.remote() for worker in workers], None)
     finally:
         for actor in actors:
             ray.kill(actor)

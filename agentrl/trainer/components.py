@@ -104,14 +104,7 @@ def build_trainer(config: Config, run_dir: Path, engine: InferenceEngine | None 
     model_path = resolve_model_path(config.model.path)
     dtype = DTYPES[config.model.dtype]
     tokenizer = load_tokenizer(model_path)
-    engine = engine or build_engine(
-        config.model,
-        config.engine,
-        model_path=model_path,
-        device=resolve_device(config.engine.device, "engine.device"),
-        dtype=dtype,
-        seed=config.trainer.seed,
-    )
+    engine = engine or build_engine(config.model, config.engine, seed=config.trainer.seed)
     worker_kwargs = {
         "actor": config.actor,
         "device": resolve_device(config.trainer.device, "trainer.device"),

@@ -6,7 +6,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from kernel_profile import NO_PROJECT_CODE, HostCall, Kernel, KernelProfile, Profiled, format_profile, kind_of
 
-from agentrl.engine.step_inputs import PrefillRows, prefill_inputs
+from agentrl.engine.builtin.runner.step_inputs import PrefillRows, prefill_inputs
 
 
 def test_kernel_names_seen_on_an_h100_fall_into_their_kinds():
@@ -95,6 +95,7 @@ def test_a_region_profiled_with_host_stacks_records_the_project_calls_it_made():
         prefill_inputs(PrefillRows.of([[1, 2, 3], [4, 5]], [0, 1], first_slot=0))
     names = [call.name for call in region.result.host_calls]
     assert any(
-        "agentrl/engine/step_inputs.py(" in name and name.endswith("): prefill_inputs") for name in names
+        "agentrl/engine/builtin/runner/step_inputs.py(" in name and name.endswith("): prefill_inputs")
+        for name in names
     )
     assert all("agentrl/" in name or "benchmarks/" in name for name in names)

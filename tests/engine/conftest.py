@@ -16,7 +16,15 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from agentrl.engine.config import EngineConfig
+
 VOCAB_SIZE = 64
+
+
+def on_cpu(**knobs) -> EngineConfig:
+    """The engine section with `knobs` set, on the CPU whatever the machine has: the passes these
+    tests expect (no CUDA graphs, no decode lookahead, transformers' modules) are the CPU's."""
+    return EngineConfig(device="cpu", **knobs)
 
 
 def tiny_qwen2(seed: int = 0, max_position_embeddings: int = 128) -> PreTrainedModel:

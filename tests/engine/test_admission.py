@@ -5,9 +5,9 @@ from __future__ import annotations
 import collections
 import random
 
-from agentrl.engine.admission import admit
+from agentrl.engine.builtin.scheduler.admission import admit
+from agentrl.engine.builtin.scheduler.request import Request
 from agentrl.engine.protocol import SamplingParams
-from agentrl.engine.request import Request
 
 
 def waiting(*prompt_lengths: int) -> collections.deque:

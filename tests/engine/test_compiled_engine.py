@@ -9,12 +9,12 @@ import torch
 
 from agentrl.compiled_layers import compile_decoder_layers
 from agentrl.engine import TransformersEngine
-from tests.engine.conftest import tiny_qwen2
+from tests.engine.conftest import on_cpu, tiny_qwen2
 from tests.engine.test_transformers_engine import MIXED, PROMPTS
 
 
 async def generations(torch_compile: bool):
-    async with TransformersEngine(tiny_qwen2(), [], torch_compile=torch_compile) as engine:
+    async with TransformersEngine(tiny_qwen2(), [], on_cpu(torch_compile=torch_compile)) as engine:
         return await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, MIXED, strict=True)])
 
 

@@ -33,7 +33,7 @@ def reference(query, keys, values, lengths, scale):
     ],
 )
 def test_decode_attention_matches_sdpa_on_each_rows_own_length(heads, kv_heads, head_dim, dtype, tolerance):
-    from agentrl.engine.decode_attention import decode_attention
+    from agentrl.engine.builtin.kernels.decode_attention import decode_attention
 
     generator = torch.Generator(device="cuda").manual_seed(0)
     rows, capacity = 9, 700
@@ -51,7 +51,7 @@ def test_decode_attention_matches_sdpa_on_each_rows_own_length(heads, kv_heads, 
 
 def test_decode_attention_of_a_batch_too_large_to_split_matches_sdpa():
     """Enough rows that every program walks a whole row and writes the output with no merge."""
-    from agentrl.engine.decode_attention import decode_attention, num_splits_for
+    from agentrl.engine.builtin.kernels.decode_attention import decode_attention, num_splits_for
 
     generator = torch.Generator(device="cuda").manual_seed(2)
     rows, capacity = 600, 300
@@ -66,7 +66,7 @@ def test_decode_attention_of_a_batch_too_large_to_split_matches_sdpa():
 
 
 def test_decode_attention_ignores_keys_past_each_rows_length():
-    from agentrl.engine.decode_attention import decode_attention
+    from agentrl.engine.builtin.kernels.decode_attention import decode_attention
 
     generator = torch.Generator(device="cuda").manual_seed(1)
     keys, values = torch.randn((2, 3, 2, 300, 64), generator=generator, device="cuda").to(torch.bfloat16)
@@ -82,8 +82,8 @@ def test_rotating_storing_and_attending_in_one_kernel_equals_rotary_store_then_a
     rows, heads, head_dim
 ):
     """The decode step's fused kernel: same output, same stored key and value, split or not."""
-    from agentrl.engine.decode_attention import decode_attention, rotate_store_and_attend
-    from agentrl.engine.fused_kernels import rotary_store
+    from agentrl.engine.builtin.kernels.decode_attention import decode_attention, rotate_store_and_attend
+    from agentrl.engine.builtin.kernels.fused_kernels import rotary_store
 
     generator = torch.Generator(device="cuda").manual_seed(3)
     dtype = torch.float32 if head_dim == 8 else torch.bfloat16
@@ -114,7 +114,7 @@ def test_rows_reading_their_shared_start_from_another_rows_slot_get_the_same_bit
     """Groups of 4 rows whose slots start with the same keys/values: read from the group's first slot
     (shares cut to whole blocks, one past the row's own keys), split or not, the output and the
     stored key/value are those of each row reading its own slot."""
-    from agentrl.engine.decode_attention import BLOCK_KEYS, rotate_store_and_attend
+    from agentrl.engine.builtin.kernels.decode_attention import BLOCK_KEYS, rotate_store_and_attend
 
     generator = torch.Generator(device="cuda").manual_seed(5)
     dtype = torch.float32 if head_dim == 8 else torch.bfloat16

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from agentrl.engine.decode_batch import PICK_ENTRY, DecodeBatch, DecodeInputs
-from agentrl.engine.decode_graphs import bucket_rows, row_buckets
+from agentrl.engine.builtin.runner.decode_batch import DecodeBatch, DecodeInputs
+from agentrl.engine.builtin.runner.decode_fields import PICK_ENTRY
+from agentrl.engine.builtin.runner.decode_graphs import bucket_rows, row_buckets
 from agentrl.engine.protocol import SamplingParams
 
 

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from agentrl.engine import SamplingParams, TransformersEngine
+from agentrl.engine.config import EngineConfig
 from tests.engine.conftest import tiny_qwen2
 from tests.engine.test_transformers_engine import PROMPTS, assert_same_generations
 
@@ -21,7 +22,7 @@ pytestmark = [
 @pytest.mark.parametrize("num_rows", [1, 16, 100, 256])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_the_decode_projection_is_a_float32_sum_rounded_once(num_rows, with_bias):
-    from agentrl.engine.decode_linear import decode_linear
+    from agentrl.engine.builtin.kernels.decode_linear import decode_linear
 
     generator = torch.Generator(device="cuda").manual_seed(num_rows)
     wide = torch.randn((num_rows, 1200), generator=generator, device="cuda").to(torch.bfloat16)
@@ -41,7 +42,12 @@ def test_the_decode_projection_is_a_float32_sum_rounded_once(num_rows, with_bias
 
 
 def test_float32_weights_large_weights_and_steps_past_the_largest_bucket_keep_cublas():
-    from agentrl.engine.decode_linear import MAX_ROWS, MAX_WEIGHT_BYTES, decode_linear, runs_in_triton
+    from agentrl.engine.builtin.kernels.decode_linear import (
+        MAX_ROWS,
+        MAX_WEIGHT_BYTES,
+        decode_linear,
+        runs_in_triton,
+    )
 
     generator = torch.Generator(device="cuda").manual_seed(0)
     weight = torch.randn((64, 32), generator=generator, device="cuda")
@@ -57,12 +63,12 @@ def test_float32_weights_large_weights_and_steps_past_the_largest_bucket_keep_cu
 
 async def generate_in_bfloat16() -> list:
     params = [SamplingParams(max_new_tokens=30, temperature=1.0, seed=i) for i in range(len(PROMPTS))]
-    async with TransformersEngine(tiny_qwen2().to(torch.bfloat16), [], device="cuda") as engine:
+    async with TransformersEngine(tiny_qwen2().to(torch.bfloat16), [], EngineConfig(device="cuda")) as engine:
         return await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, params, strict=True)])
 
 
 def test_kernels_launched_dependently_in_step_graphs_sample_what_normal_launches_sample(monkeypatch):
-    from agentrl.engine import dependent_launch
+    from agentrl.engine.builtin.kernels import dependent_launch
 
     cuda = torch.device("cuda")
     normal = {"DEPENDENT": False}
@@ -79,8 +85,8 @@ def test_kernels_launched_dependently_in_step_graphs_sample_what_normal_launches
 @pytest.mark.parametrize("num_rows", [1, 16, 50, 128])
 @pytest.mark.parametrize(("dtype", "with_bias"), [(torch.bfloat16, False), (torch.float16, True)])
 def test_the_decode_gate_up_projection_rounds_as_the_product_then_the_activation(num_rows, dtype, with_bias):
-    from agentrl.engine.decode_linear import decode_gate_up_silu, runs_gate_up_in_triton
-    from agentrl.engine.fused_kernels import silu_and_multiply
+    from agentrl.engine.builtin.kernels.decode_linear import decode_gate_up_silu, runs_gate_up_in_triton
+    from agentrl.engine.builtin.kernels.fused_kernels import silu_and_multiply
 
     generator = torch.Generator(device="cuda").manual_seed(num_rows)
     # Features and inputs that are not multiples of the blocks: edge blocks load zeros.
@@ -100,13 +106,13 @@ def test_the_decode_gate_up_projection_rounds_as_the_product_then_the_activation
 
 
 def test_float32_large_weights_and_steps_past_the_gate_up_limits_keep_cublas_and_the_activation_kernel():
-    from agentrl.engine.decode_linear import (
+    from agentrl.engine.builtin.kernels.decode_linear import (
         MAX_GATE_UP_ROWS,
         MAX_GATE_UP_WEIGHT_BYTES,
         decode_gate_up_silu,
         runs_gate_up_in_triton,
     )
-    from agentrl.engine.fused_kernels import silu_and_multiply
+    from agentrl.engine.builtin.kernels.fused_kernels import silu_and_multiply
 
     generator = torch.Generator(device="cuda").manual_seed(0)
     weight = torch.randn((64, 32), generator=generator, device="cuda")

@@ -10,8 +10,9 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agentrl.engine import FinishReason, SamplingParams, TransformersEngine
-from agentrl.engine.decode_graphs import row_buckets
-from agentrl.engine.transformers_engine import CUDA_DECODE_LOOKAHEAD
+from agentrl.engine.builtin.engine import CUDA_DECODE_LOOKAHEAD
+from agentrl.engine.builtin.runner.decode_graphs import row_buckets
+from agentrl.engine.config import EngineConfig
 from tests.engine.conftest import VOCAB_SIZE, tiny_qwen2
 from tests.engine.test_transformers_engine import (
     MIXED,
@@ -41,7 +42,7 @@ def qwen2_5_0_5b_shaped(dtype: torch.dtype) -> Qwen2ForCausalLM:
 async def test_on_gpu_float32_logprobs_equal_a_full_forward_pass():
     model = tiny_qwen2()
     params = SamplingParams(max_new_tokens=10, temperature=0.7, seed=3)
-    async with TransformersEngine(model, [], device="cuda") as engine:
+    async with TransformersEngine(model, [], EngineConfig(device="cuda")) as engine:
         generations = await asyncio.gather(*[engine.generate(p, params) for p in PROMPTS])
     for prompt, generation in zip(PROMPTS, generations, strict=True):
         expected = full_forward_logprobs(model, prompt, generation, temperature=0.7)
@@ -50,9 +51,9 @@ async def test_on_gpu_float32_logprobs_equal_a_full_forward_pass():
 
 async def test_on_gpu_requests_joining_mid_flight_get_the_same_tokens_as_alone():
     model = tiny_qwen2()
-    async with TransformersEngine(model, [], device="cuda", max_prefill_tokens=1) as engine:
+    async with TransformersEngine(model, [], EngineConfig(device="cuda", max_prefill_tokens=1)) as engine:
         batched = await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, MIXED, strict=True)])
-    async with TransformersEngine(model, [], device="cuda") as engine:
+    async with TransformersEngine(model, [], EngineConfig(device="cuda")) as engine:
         alone = [await engine.generate(p, s) for p, s in zip(PROMPTS, MIXED, strict=True)]
     assert_same_generations(batched, alone)
 
@@ -63,7 +64,7 @@ async def sampled_logprob_errors(model: Qwen2ForCausalLM) -> list[float]:
     params = [
         SamplingParams(max_new_tokens=24, temperature=1.0, top_p=0.95, top_k=50, seed=i) for i in range(16)
     ]
-    async with TransformersEngine(model, [], device="cuda", max_prefill_tokens=2048) as engine:
+    async with TransformersEngine(model, [], EngineConfig(device="cuda", max_prefill_tokens=2048)) as engine:
         generations = await asyncio.gather(
             *[engine.generate(p, s) for p, s in zip(prompts, params, strict=True)]
         )
@@ -96,7 +97,7 @@ async def test_on_gpu_cuda_graph_decoding_equals_eager_decoding():
     params = [SamplingParams(max_new_tokens=300 if i == 0 else 20, temperature=1.0, seed=i) for i in range(4)]
     results = []
     for graphs in (True, False):
-        async with TransformersEngine(model, [], device="cuda", cuda_graphs=graphs) as engine:
+        async with TransformersEngine(model, [], EngineConfig(device="cuda", cuda_graphs=graphs)) as engine:
             results.append(
                 await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, params, strict=True)])
             )
@@ -118,7 +119,9 @@ async def test_on_gpu_prefix_cache_hits_sample_what_cold_prefill_samples():
     params = [SamplingParams(max_new_tokens=12, temperature=1.0, seed=i) for i in range(4)]
     runs, staged = {}, []
     for budget in (1 << 24, 0):
-        async with TransformersEngine(model, [], device="cuda", prefix_cache_bytes=budget) as engine:
+        async with TransformersEngine(
+            model, [], EngineConfig(device="cuda", prefix_cache_bytes=budget)
+        ) as engine:
             stage = engine.runner.stage_decode
 
             def recording_stage(*args, stage=stage):
@@ -139,7 +142,7 @@ async def test_on_gpu_a_bf16_state_dict_on_the_device_is_copied_in_place():
     model = qwen2_5_0_5b_shaped(torch.bfloat16)
     # named_parameters lists the tied embedding/output matrix once.
     state_dict = {name: torch.randn_like(t) for name, t in model.named_parameters()}
-    async with TransformersEngine(model, [], device="cuda") as engine:
+    async with TransformersEngine(model, [], EngineConfig(device="cuda")) as engine:
         pointers = {name: t.data_ptr() for name, t in model.state_dict().items()}
         await engine.update_weights(state_dict, version=1)
         print(
@@ -157,7 +160,9 @@ async def test_a_closed_engine_frees_its_device_memory_once_dropped_without_a_cy
 
     gc.disable()
     try:
-        async with TransformersEngine(tiny_qwen2(), [], device="cuda", dtype=torch.bfloat16) as engine:
+        async with TransformersEngine(
+            tiny_qwen2(), [], EngineConfig(device="cuda"), dtype=torch.bfloat16
+        ) as engine:
             await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, MIXED, strict=True)])
             assert engine.runner.decode_graphs.num_graphs > 0 and engine.runner.prefill_graphs is not None
             runner, storage = weakref.ref(engine.runner), weakref.ref(engine.runner.slots.keys)

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from agentrl.engine import FinishReason, SamplingParams, StepKind, TransformersEngine
-from tests.engine.conftest import tiny_qwen2, word_tokenizer
+from agentrl.engine.config import EngineConfig
+from tests.engine.conftest import on_cpu, tiny_qwen2, word_tokenizer
 
 PROMPT = [1, 2, 3, 4, 5]
 GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0)
@@ -50,7 +51,7 @@ class StepGate:
 
 
 async def greedy_alone(model) -> list[int]:
-    async with TransformersEngine(model, []) as engine:
+    async with TransformersEngine(model, [], on_cpu()) as engine:
         return (await engine.generate(PROMPT, GREEDY)).completion_ids
 
 
@@ -62,7 +63,9 @@ async def test_a_weight_update_waits_for_running_requests_and_later_requests_use
     expected_old, expected_new = await greedy_alone(old_model), await greedy_alone(new_model)
     assert expected_old != expected_new
     gate = StepGate.after_decode(1)
-    async with TransformersEngine(tiny_qwen2(seed=0), [], on_step=gate, decode_lookahead=lookahead) as engine:
+    async with TransformersEngine(
+        tiny_qwen2(seed=0), [], on_cpu(decode_lookahead=lookahead), on_step=gate
+    ) as engine:
         running = asyncio.create_task(engine.generate(PROMPT, GREEDY))
         await gate.wait_reached()
         update = asyncio.create_task(engine.update_weights(new_model.state_dict(), version=1))
@@ -81,7 +84,7 @@ async def test_a_weight_update_waits_for_running_requests_and_later_requests_use
 
 
 async def test_a_state_dict_with_unknown_names_or_wrong_shapes_is_rejected():
-    async with TransformersEngine(tiny_qwen2(), []) as engine:
+    async with TransformersEngine(tiny_qwen2(), [], on_cpu()) as engine:
         with pytest.raises(ValueError, match="names the model lacks"):
             await engine.update_weights({"module.lm_head.weight": torch.zeros(64, 32)}, version=1)
         with pytest.raises(ValueError, match=r"state_dict\['lm_head.weight'\] has shape \(64, 31\)"):
@@ -91,7 +94,7 @@ async def test_a_state_dict_with_unknown_names_or_wrong_shapes_is_rejected():
 
 async def test_a_partial_state_dict_updates_only_the_named_parameters():
     model = tiny_qwen2()
-    async with TransformersEngine(model, []) as engine:
+    async with TransformersEngine(model, [], on_cpu()) as engine:
         embeddings_before = model.model.embed_tokens.weight.clone()
         await engine.update_weights({"lm_head.weight": torch.zeros(64, 32)}, version=4)
         generation = await engine.generate(PROMPT, SamplingParams(max_new_tokens=2, temperature=0.0))
@@ -108,7 +111,7 @@ async def test_an_error_inside_the_scheduler_reaches_every_waiting_caller_and_th
     def fail(module, args, kwargs):
         raise RuntimeError("forward failed on purpose")
 
-    async with TransformersEngine(model, []) as engine:
+    async with TransformersEngine(model, [], on_cpu()) as engine:
         hook = model.register_forward_pre_hook(fail, with_kwargs=True)
         results = await asyncio.gather(
             engine.generate(PROMPT, GREEDY), engine.generate([7, 8], GREEDY), return_exceptions=True
@@ -123,7 +126,9 @@ async def test_an_error_inside_the_scheduler_reaches_every_waiting_caller_and_th
 @pytest.mark.parametrize("lookahead", [0, 1, 4])
 async def test_a_cancelled_request_leaves_the_batch_at_the_next_step(lookahead):
     gate = StepGate.after_decode(2)
-    async with TransformersEngine(tiny_qwen2(), [], on_step=gate, decode_lookahead=lookahead) as engine:
+    async with TransformersEngine(
+        tiny_qwen2(), [], on_cpu(decode_lookahead=lookahead), on_step=gate
+    ) as engine:
         doomed = asyncio.create_task(engine.generate(PROMPT, SamplingParams(max_new_tokens=50)))
         await gate.wait_reached()
         doomed.cancel()
@@ -145,7 +150,7 @@ async def test_a_cancelled_request_leaves_the_batch_at_the_next_step(lookahead):
 
 async def test_closing_fails_running_requests_and_refuses_new_ones():
     gate = StepGate.after_decode(1)
-    engine = TransformersEngine(tiny_qwen2(), [], on_step=gate)
+    engine = TransformersEngine(tiny_qwen2(), [], on_cpu(), on_step=gate)
     running = asyncio.create_task(engine.generate(PROMPT, SamplingParams(max_new_tokens=50)))
     await gate.wait_reached()
     closing = asyncio.create_task(engine.close())
@@ -163,7 +168,7 @@ async def test_hundreds_of_concurrent_callers_share_forward_passes():
     max_new = [1 + i % 6 for i in range(200)]
     prompts = [[1 + i % 50, 2 + i % 7, 3] for i in range(200)]
     gate = StepGate.after_decode(1)
-    async with TransformersEngine(tiny_qwen2(), [], max_batch_size=64, on_step=gate) as engine:
+    async with TransformersEngine(tiny_qwen2(), [], on_cpu(max_batch_size=64), on_step=gate) as engine:
         # A first request holds the scheduler until all 200 callers have queued theirs.
         first = asyncio.create_task(engine.generate(PROMPT, SamplingParams(max_new_tokens=3)))
         await gate.wait_reached()
@@ -191,14 +196,14 @@ async def test_hundreds_of_concurrent_callers_share_forward_passes():
     [([], "prompt_ids is empty"), ([1, 64], "token id 64 is outside"), ([-1, 2], "token id -1 is outside")],
 )
 async def test_bad_prompts_are_rejected_before_any_pass(prompt, message):
-    async with TransformersEngine(tiny_qwen2(), []) as engine:
+    async with TransformersEngine(tiny_qwen2(), [], on_cpu()) as engine:
         with pytest.raises(ValueError, match=message):
             await engine.generate(prompt, GREEDY)
         assert engine.stats.num_prefill_steps == 0
 
 
 async def test_a_prompt_outside_the_vocabulary_fails_alone_and_its_pass_runs_the_others():
-    async with TransformersEngine(tiny_qwen2(), []) as engine:
+    async with TransformersEngine(tiny_qwen2(), [], on_cpu()) as engine:
         first, bad, last = await asyncio.gather(
             engine.generate(PROMPT, GREEDY),
             engine.generate([1, 2, 64, 3, 70], GREEDY),
@@ -213,26 +218,33 @@ async def test_a_prompt_outside_the_vocabulary_fails_alone_and_its_pass_runs_the
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"),
+    ("knobs", "message"),
     [
-        ({"max_batch_size": 0}, "max_batch_size=0"),
-        ({"max_prefill_tokens": 0}, "max_prefill_tokens=0"),
-        ({"dtype": "float33"}, "dtype=.float33. is not supported"),
-        ({"prefill_interval": 0}, "prefill_interval=0 must be >= 1"),
-        ({"prefix_cache_bytes": -1}, "prefix_cache_bytes=-1 must be >= 0"),
-        ({"decode_lookahead": -1}, "decode_lookahead=-1 must be >= 0"),
+        ({"max_batch_size": 0}, "max_batch_size\n  Input should be greater than 0"),
+        ({"max_prefill_tokens": 0}, "max_prefill_tokens\n  Input should be greater than 0"),
+        ({"prefill_interval": 0}, "prefill_interval\n  Input should be greater than 0"),
+        ({"prefix_cache_bytes": -1}, "prefix_cache_bytes\n  Input should be greater than or equal to 0"),
+        ({"decode_lookahead": -1}, "decode_lookahead\n  Input should be greater than or equal to 0"),
     ],
 )
-def test_bad_engine_settings_are_rejected(kwargs, message):
+def test_bad_engine_knobs_are_rejected_when_the_engine_section_is_built(knobs, message):
     with pytest.raises(ValueError, match=message):
-        TransformersEngine(tiny_qwen2(), [], **kwargs)
+        EngineConfig(**knobs)
+
+
+def test_a_bad_dtype_or_the_sglang_section_is_rejected_by_the_engine():
+    with pytest.raises(ValueError, match="dtype=.float33. is not supported"):
+        TransformersEngine(tiny_qwen2(), [], on_cpu(), dtype="float33")
+    sglang = EngineConfig(backend="sglang", url="http://127.0.0.1:1")
+    with pytest.raises(ValueError, match="engine.backend=transformers; got sglang"):
+        TransformersEngine(tiny_qwen2(), [], sglang)
 
 
 def test_sliding_window_models_are_rejected():
     model = tiny_qwen2()
     model.config.layer_types = ["sliding_attention", "full_attention"]
     with pytest.raises(ValueError, match="sliding_attention"):
-        TransformersEngine(model, [])
+        TransformersEngine(model, [], on_cpu())
 
 
 async def test_from_pretrained_serves_a_saved_checkpoint_with_its_tokenizer_eos(tmp_path):
@@ -241,7 +253,7 @@ async def test_from_pretrained_serves_a_saved_checkpoint_with_its_tokenizer_eos(
     model.save_pretrained(tmp_path)
     word_tokenizer(eos_token_id=9).save_pretrained(tmp_path)
     expected = await greedy_alone(model)
-    async with TransformersEngine.from_pretrained(str(tmp_path), dtype="float32") as engine:
+    async with TransformersEngine.from_pretrained(str(tmp_path), on_cpu(), dtype="float32") as engine:
         assert engine.eos_ids == frozenset({9})
         generation = await engine.generate(PROMPT, SamplingParams(max_new_tokens=12, temperature=0.0))
     stop = expected.index(9) + 1 if 9 in expected else len(expected)

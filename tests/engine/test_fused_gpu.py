@@ -10,10 +10,11 @@ import torch.nn.functional as F
 from transformers import Qwen2ForCausalLM
 
 from agentrl.engine import SamplingParams, TransformersEngine
-from agentrl.engine.decode_batch import DecodeBatch, DecodeInputs
-from agentrl.engine.packed_prefill import PackedPrefill
-from agentrl.engine.sampling import inverse_cdf_sample
-from agentrl.engine.step_inputs import PrefillRows
+from agentrl.engine.builtin.runner.decode_batch import DecodeBatch, DecodeInputs
+from agentrl.engine.builtin.runner.packed_prefill import PackedPrefill
+from agentrl.engine.builtin.runner.sampling import inverse_cdf_sample
+from agentrl.engine.builtin.runner.step_inputs import PrefillRows
+from agentrl.engine.config import EngineConfig
 from tests.engine.conftest import VOCAB_SIZE, tiny_llama, tiny_qwen2
 from tests.engine.test_transformers_engine import PROMPTS, assert_same_generations
 
@@ -23,12 +24,12 @@ pytestmark = [
 ]
 
 
-async def generate_all(model, params, **engine_kwargs):
-    async with TransformersEngine(model, [], device="cuda", **engine_kwargs) as engine:
+async def generate_all(model, params, **knobs):
+    async with TransformersEngine(model, [], EngineConfig(device="cuda", **knobs)) as engine:
         first = await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, params, strict=True)])
         # Second round: the prompts' prefixes now come from the prefix cache.
         second = await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, params, strict=True)])
-        assert (engine.runner.fused_decoder is not None) == engine_kwargs.get("fused_forward", True)
+        assert (engine.runner.fused_decoder is not None) == engine.config.fused_forward
     return first + second
 
 
@@ -43,7 +44,7 @@ async def test_the_fused_forward_samples_what_transformers_modules_sample_in_flo
 async def test_a_weight_update_reaches_the_packed_projections():
     params = [SamplingParams(max_new_tokens=20, temperature=1.0, seed=i) for i in range(len(PROMPTS))]
     expected = await generate_all(tiny_qwen2(seed=1), params)
-    async with TransformersEngine(tiny_qwen2(seed=0), [], device="cuda") as engine:
+    async with TransformersEngine(tiny_qwen2(seed=0), [], EngineConfig(device="cuda")) as engine:
         await engine.update_weights(
             {k: v.cuda() for k, v in tiny_qwen2(seed=1).state_dict().items()}, version=1
         )
@@ -53,7 +54,7 @@ async def test_a_weight_update_reaches_the_packed_projections():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_triton_sampler_draws_the_torch_samplers_tokens(dtype):
-    from agentrl.engine.fused_sampling import sample_with_temperature
+    from agentrl.engine.builtin.kernels.fused_sampling import sample_with_temperature
 
     generator = torch.Generator(device="cuda").manual_seed(0)
     num_rows, vocab = 64, 151936
@@ -109,8 +110,8 @@ def test_a_staged_block_unpacks_on_cuda_as_on_the_host():
 
 @pytest.mark.parametrize("make_model", [tiny_qwen2, tiny_llama])
 def test_the_embedding_lookup_normalises_the_first_layers_input_as_the_norm_kernel_does(make_model):
-    from agentrl.engine.fused_decoder import FusedDecoder
-    from agentrl.engine.fused_kernels import add_rms_norm, embed_rms_norm
+    from agentrl.engine.builtin.kernels.fused_kernels import add_rms_norm, embed_rms_norm
+    from agentrl.engine.builtin.model.fused_decoder import FusedDecoder
 
     model = make_model().to(device="cuda", dtype=torch.bfloat16)
     decoder = FusedDecoder(model)
@@ -135,7 +136,7 @@ def test_the_embedding_lookup_normalises_the_first_layers_input_as_the_norm_kern
 def test_prefill_attention_matches_causal_sdpa_over_each_rows_slot(
     heads, kv_heads, head_dim, dtype, tolerance
 ):
-    from agentrl.engine.prefill_attention import prefill_attention
+    from agentrl.engine.builtin.kernels.prefill_attention import prefill_attention
 
     generator = torch.Generator(device="cuda").manual_seed(0)
     keys, values = torch.randn((2, 6, kv_heads, 300, head_dim), generator=generator, device="cuda").to(dtype)
@@ -164,7 +165,7 @@ def test_a_small_prefill_pass_replayed_from_a_graph_gives_the_eager_passs_logits
     rows = PrefillRows.of(prompts, [0, 2, 0, 4, 0], first_slot=1)  # rows 1 and 3 start from cached keys
     results = []
     for graphs in (False, True):
-        engine = TransformersEngine(tiny_qwen2(), [], device="cuda", cuda_graphs=graphs)
+        engine = TransformersEngine(tiny_qwen2(), [], EngineConfig(device="cuda", cuda_graphs=graphs))
         runner = engine.runner
         with torch.inference_mode():  # as on the engine's scheduler thread
             runner.grow_slots(64)  # with graphs, this captures every prefill bucket: 64..2048 tokens
@@ -181,8 +182,8 @@ def test_a_small_prefill_pass_replayed_from_a_graph_gives_the_eager_passs_logits
 
 
 def test_a_split_k_product_summed_by_the_next_norm_rounds_as_one_linear_layer():
-    from agentrl.engine.fused_decoder import split_k_linear
-    from agentrl.engine.fused_kernels import add_rms_norm
+    from agentrl.engine.builtin.kernels.fused_kernels import add_rms_norm
+    from agentrl.engine.builtin.model.fused_decoder import split_k_linear
 
     generator = torch.Generator(device="cuda").manual_seed(0)
     activations = torch.randn((48, 4864), generator=generator, device="cuda").bfloat16()
@@ -206,7 +207,7 @@ def kernels_compiled_after_a_first_pass(model, passes: list[list[int]], monkeypa
     """Triton kernels compiled by eager prefill passes of these prompt lengths, after one of 37 tokens."""
     import triton
 
-    engine = TransformersEngine(model, [], device="cuda", cuda_graphs=False)  # every pass eager
+    engine = TransformersEngine(model, [], EngineConfig(device="cuda", cuda_graphs=False))  # every pass eager
     runner = engine.runner
     compiled = []
     with torch.inference_mode():  # as on the engine's scheduler thread
@@ -232,7 +233,7 @@ def test_prefill_passes_of_any_length_reuse_the_kernels_the_first_pass_compiled(
 
 @pytest.mark.parametrize("make_model", [tiny_qwen2, tiny_llama])
 def test_rotary_looked_up_by_position_is_the_models_own_rotary_embedding(make_model):
-    from agentrl.engine.fused_decoder import FusedDecoder
+    from agentrl.engine.builtin.model.fused_decoder import FusedDecoder
 
     model = make_model().to(device="cuda", dtype=torch.bfloat16)
     decoder = FusedDecoder(model)
@@ -247,7 +248,7 @@ def test_rotary_looked_up_by_position_is_the_models_own_rotary_embedding(make_mo
 
 
 def test_rotary_scaled_by_the_longest_position_is_computed_for_each_pass():
-    from agentrl.engine.fused_decoder import FusedDecoder
+    from agentrl.engine.builtin.model.fused_decoder import FusedDecoder
 
     config = tiny_qwen2().config
     config.rope_parameters = {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from agentrl.engine.model_runner import cache_keyword
-from agentrl.engine.model_setup import fused_forward_unsupported, pack_linears
+from agentrl.engine.builtin.model.model_setup import fused_forward_unsupported, pack_linears
+from agentrl.engine.builtin.runner.model_runner import cache_keyword
 from tests.engine.conftest import tiny_llama, tiny_qwen2
 
 

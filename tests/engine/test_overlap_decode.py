@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from agentrl.engine import FinishReason, SamplingParams, StepKind, TransformersEngine
-from agentrl.engine.pending_step import PendingStep, sample_sources
-from agentrl.engine.request import Request
-from tests.engine.conftest import tiny_qwen2
+from agentrl.engine.builtin.scheduler.pending_step import PendingStep, sample_sources
+from agentrl.engine.builtin.scheduler.request import Request
+from tests.engine.conftest import on_cpu, tiny_qwen2
 from tests.engine.test_engine_lifecycle import StepGate
 from tests.engine.test_transformers_engine import MIXED, PROMPTS, assert_same_generations
 
@@ -29,9 +29,9 @@ STOPPING = [
 ONE_TOKEN = SamplingParams(max_new_tokens=1, temperature=1.0, seed=5)
 
 
-async def generate(model, prompts, params, **engine_kwargs):
+async def generate(model, prompts, params, **knobs):
     records = []
-    async with TransformersEngine(model, [], on_step=records.append, **engine_kwargs) as engine:
+    async with TransformersEngine(model, [], on_cpu(**knobs), on_step=records.append) as engine:
         generations = await asyncio.gather(
             *[engine.generate(p, s) for p, s in zip(prompts, params, strict=True)]
         )
@@ -90,7 +90,9 @@ async def group_with_a_row_cancelled_mid_iteration(cancel: bool, lookahead: int)
     params = [SamplingParams(max_new_tokens=6, temperature=1.0, seed=seed) for seed in range(4)]
     first_pass = (StepKind.PREFILL, (1, 2))  # the group's leader and the other prompt; then the rest
     gate = StepGate(lambda steps: steps[-1][0] is StepKind.DECODE or steps[-1] == first_pass)
-    async with TransformersEngine(tiny_qwen2(), [], on_step=gate, decode_lookahead=lookahead) as engine:
+    async with TransformersEngine(
+        tiny_qwen2(), [], on_cpu(decode_lookahead=lookahead), on_step=gate
+    ) as engine:
         running = asyncio.create_task(engine.generate([5, 6, 7], SamplingParams(max_new_tokens=40)))
         await gate.wait_reached()  # at its first decode step: the next four arrive together
         leader, *rest = [
@@ -142,7 +144,7 @@ async def test_a_failure_waits_for_the_launched_steps_it_drops(monkeypatch):
     monkeypatch.setattr(PendingStep, "launch", staticmethod(launch_with_an_event))
     model = tiny_qwen2()
     # The first request decodes, overlapped, while the second one's prefill pass fails.
-    async with TransformersEngine(model, [], max_prefill_tokens=1, decode_lookahead=2) as engine:
+    async with TransformersEngine(model, [], on_cpu(max_prefill_tokens=1, decode_lookahead=2)) as engine:
         prefill = engine.runner.prefill
         calls = []
 

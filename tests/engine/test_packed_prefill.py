@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from agentrl.engine.packed_prefill import TILE_TOKENS, TOKEN_ALIGNMENT, PackedPrefill
-from agentrl.engine.prefill_graphs import power_of_two_at_least
-from agentrl.engine.step_inputs import PrefillRows
+from agentrl.engine.builtin.runner.packed_prefill import TILE_TOKENS, TOKEN_ALIGNMENT, PackedPrefill
+from agentrl.engine.builtin.runner.prefill_graphs import power_of_two_at_least
+from agentrl.engine.builtin.runner.step_inputs import PrefillRows
 
 
 def test_a_pass_packs_each_rows_uncached_tokens_with_their_slots_positions_and_last_token():

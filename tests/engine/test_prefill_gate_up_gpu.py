@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from agentrl.engine import SamplingParams, TransformersEngine
+from agentrl.engine.config import EngineConfig
 from tests.engine.conftest import tiny_qwen2
 from tests.engine.test_fused_gpu import kernels_compiled_after_a_first_pass
 from tests.engine.test_transformers_engine import PROMPTS, assert_same_generations
@@ -35,8 +36,8 @@ def operands(num_tokens: int, hidden: int, intermediate: int, dtype=torch.bfloat
 @needs_hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_the_fused_pass_rounds_as_the_product_then_the_activation(dtype):
-    from agentrl.engine.fused_kernels import silu_and_multiply
-    from agentrl.engine.prefill_gate_up import gate_up_silu, runs_fused
+    from agentrl.engine.builtin.kernels.fused_kernels import silu_and_multiply
+    from agentrl.engine.builtin.kernels.prefill_gate_up import gate_up_silu, runs_fused
 
     # Tokens, features and inputs that are not multiples of the tiles: edge tiles load zeros.
     x, weight = operands(4100, 360, 600, dtype)
@@ -51,8 +52,8 @@ def test_the_fused_pass_rounds_as_the_product_then_the_activation(dtype):
 
 
 def test_short_passes_float32_biases_and_unaligned_rows_keep_the_product_then_the_activation():
-    from agentrl.engine.fused_kernels import silu_and_multiply
-    from agentrl.engine.prefill_gate_up import MIN_TOKENS, gate_up_silu, runs_fused
+    from agentrl.engine.builtin.kernels.fused_kernels import silu_and_multiply
+    from agentrl.engine.builtin.kernels.prefill_gate_up import MIN_TOKENS, gate_up_silu, runs_fused
 
     x, weight = operands(MIN_TOKENS, 360, 600)
     bias = torch.ones(1200, device="cuda", dtype=torch.bfloat16)
@@ -73,13 +74,14 @@ def test_short_passes_float32_biases_and_unaligned_rows_keep_the_product_then_th
 
 async def generate_in_bfloat16() -> list:
     params = [SamplingParams(max_new_tokens=20, temperature=1.0, seed=i) for i in range(len(PROMPTS))]
-    async with TransformersEngine(tiny_qwen2().to(torch.bfloat16), [], device="cuda") as engine:
+    async with TransformersEngine(tiny_qwen2().to(torch.bfloat16), [], EngineConfig(device="cuda")) as engine:
         return await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, params, strict=True)])
 
 
 @needs_hopper
 def test_prefill_passes_through_the_fused_kernel_sample_what_the_two_kernels_sample(monkeypatch):
-    from agentrl.engine import fused_decoder, prefill_gate_up
+    from agentrl.engine.builtin.kernels import prefill_gate_up
+    from agentrl.engine.builtin.model import fused_decoder
 
     unfused = asyncio.run(generate_in_bfloat16())
     fused_passes = []
@@ -98,7 +100,7 @@ def test_prefill_passes_through_the_fused_kernel_sample_what_the_two_kernels_sam
 
 @needs_hopper
 def test_fused_prefill_passes_of_any_length_reuse_the_kernel_the_first_pass_compiled(monkeypatch):
-    from agentrl.engine import prefill_gate_up
+    from agentrl.engine.builtin.kernels import prefill_gate_up
 
     monkeypatch.setattr(prefill_gate_up, "MIN_TOKENS", 8)  # every pass below runs fused
     model = tiny_qwen2(max_position_embeddings=512).to(torch.bfloat16)

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from agentrl.engine import SamplingParams, StepKind, TransformersEngine
-from agentrl.engine.prefix_cache import CachedPath, PrefixCache
-from agentrl.engine.slot_cache import SlotKVCache
-from tests.engine.conftest import tiny_qwen2
+from agentrl.engine.builtin.cache.prefix_cache import CachedPath, PrefixCache
+from agentrl.engine.builtin.cache.slot_cache import SlotKVCache
+from tests.engine.conftest import on_cpu, tiny_qwen2
 from tests.engine.test_transformers_engine import assert_same_generations
 
 BLOCK = 4
@@ -95,11 +95,11 @@ def test_a_budget_below_one_block_is_rejected_with_the_fix():
     with pytest.raises(
         ValueError, match=r"prefix_cache_bytes=1000 holds no block of 4 tokens \(1024 bytes\)"
     ):
-        TransformersEngine(tiny_qwen2(), [], prefix_block_size=4, prefix_cache_bytes=1000)
+        TransformersEngine(tiny_qwen2(), [], on_cpu(prefix_block_size=4, prefix_cache_bytes=1000))
 
 
-def engine(model, **kwargs) -> TransformersEngine:
-    return TransformersEngine(model, [], prefix_block_size=BLOCK, **kwargs)
+def engine(model, on_step=None, **knobs) -> TransformersEngine:
+    return TransformersEngine(model, [], on_cpu(prefix_block_size=BLOCK, **knobs), on_step=on_step)
 
 
 GROUP = [SamplingParams(max_new_tokens=6, temperature=1.0, seed=seed) for seed in range(4)]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from agentrl.engine import SamplingParams, TransformersEngine
-from agentrl.engine.prefix_cache import CachedPath
-from agentrl.engine.prefix_sharing import SharedPrefixes, slot_nodes
-from tests.engine.conftest import tiny_qwen2
+from agentrl.engine.builtin.cache.prefix_cache import CachedPath
+from agentrl.engine.builtin.scheduler.prefix_sharing import SharedPrefixes, slot_nodes
+from tests.engine.conftest import on_cpu, tiny_qwen2
 from tests.engine.test_transformers_engine import assert_same_generations
 
 
@@ -51,7 +51,7 @@ async def test_a_groups_members_read_their_shared_prompt_from_the_first_members_
     model = tiny_qwen2()
     group = [SamplingParams(max_new_tokens=5, temperature=1.0, seed=seed) for seed in range(3)]
     staged = []
-    async with TransformersEngine(model, [], prefix_block_size=4) as engine:
+    async with TransformersEngine(model, [], on_cpu(prefix_block_size=4)) as engine:
         stage = engine.runner.stage_decode
 
         def recording_stage(*args):
@@ -64,7 +64,7 @@ async def test_a_groups_members_read_their_shared_prompt_from_the_first_members_
             engine.generate(OTHER, group[0]),
             *[engine.generate(PROMPT, params) for params in group[1:]],
         )
-    async with TransformersEngine(model, [], prefix_cache_bytes=0) as cold:
+    async with TransformersEngine(model, [], on_cpu(prefix_cache_bytes=0)) as cold:
         expected = await asyncio.gather(
             *[
                 cold.generate(p, s)

@@ -8,8 +8,7 @@ import random
 import pytest
 import torch
 
-from agentrl.engine.protocol import SamplingParams
-from agentrl.engine.sampling import (
+from agentrl.engine.builtin.runner.sampling import (
     RowSampling,
     inverse_cdf_sample,
     sample_next_tokens,
@@ -17,6 +16,7 @@ from agentrl.engine.sampling import (
     top_p_mask,
     validate_sampling,
 )
+from agentrl.engine.protocol import SamplingParams
 
 PROBS = [0.1, 0.2, 0.3, 0.4]
 

@@ -11,12 +11,13 @@ import torch
 from aiohttp.test_utils import TestClient, TestServer
 from transformers import AutoTokenizer
 
-from agentrl.engine.http_server import ServedEngine, build_app
+from agentrl.engine.builtin.engine import TransformersEngine
+from agentrl.engine.config import EngineConfig
 from agentrl.engine.protocol import SamplingParams
-from agentrl.engine.serve import is_loopback, main
-from agentrl.engine.sglang_client import SGLangEngine
-from agentrl.engine.sglang_protocol import EngineRequestError
-from agentrl.engine.transformers_engine import TransformersEngine
+from agentrl.engine.remote.sglang_client import SGLangEngine
+from agentrl.engine.remote.sglang_protocol import EngineRequestError
+from agentrl.engine.serve.__main__ import is_loopback, main
+from agentrl.engine.serve.http_server import ServedEngine, build_app
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
 
 MODEL = str(DEFAULT_MODEL_PATH)
@@ -24,7 +25,7 @@ PROMPT = [1, 40, 41, 42, 43, 44]
 
 
 async def start(api_key: str | None = None) -> tuple[TestClient, ServedEngine]:
-    engine = TransformersEngine.from_pretrained(MODEL, device="cpu", prefix_block_size=2)
+    engine = TransformersEngine.from_pretrained(MODEL, EngineConfig(device="cpu", prefix_block_size=2))
     served = ServedEngine(engine, AutoTokenizer.from_pretrained(MODEL), MODEL, torch.float32, api_key=api_key)
     client = TestClient(TestServer(build_app(served)))
     await client.start_server()

@@ -13,12 +13,13 @@ import torch
 from aiohttp import web
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from agentrl.engine.builtin.engine import TransformersEngine
+from agentrl.engine.config import EngineConfig
 from agentrl.engine.protocol import FinishReason, SamplingParams
-from agentrl.engine.serve import LISTENING
-from agentrl.engine.sglang_client import SGLangEngine
-from agentrl.engine.sglang_launcher import free_port
-from agentrl.engine.sglang_protocol import EngineRequestError
-from agentrl.engine.transformers_engine import TransformersEngine
+from agentrl.engine.remote.sglang_client import SGLangEngine
+from agentrl.engine.remote.sglang_launcher import free_port
+from agentrl.engine.remote.sglang_protocol import EngineRequestError
+from agentrl.engine.serve.__main__ import LISTENING
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
 
 MODEL = str(DEFAULT_MODEL_PATH)
@@ -57,7 +58,7 @@ async def client(server_url: str) -> AsyncIterator[SGLangEngine]:
 
 @pytest.fixture(scope="module")
 def in_process() -> Iterator[TransformersEngine]:
-    engine = TransformersEngine.from_pretrained(MODEL, device="cpu", max_batch_size=64)
+    engine = TransformersEngine.from_pretrained(MODEL, EngineConfig(device="cpu", max_batch_size=64))
     yield engine
     asyncio.run(engine.close())
 
@@ -118,7 +119,7 @@ async def test_a_weight_update_from_disk_changes_the_served_logprobs_and_version
     assert await client.policy_version() == version + 1
     assert after.logprobs[0] != before.logprobs[0]
     async with TransformersEngine(
-        perturbed, AutoTokenizer.from_pretrained(MODEL), device="cpu"
+        perturbed, AutoTokenizer.from_pretrained(MODEL), EngineConfig(device="cpu")
     ) as expected_engine:
         expected = await expected_engine.generate(PROMPT, SEEDED)
     assert after.completion_ids == expected.completion_ids

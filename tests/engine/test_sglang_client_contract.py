@@ -21,8 +21,8 @@ import pytest
 from aiohttp import web
 
 from agentrl.engine.protocol import FinishReason, Generation, SamplingParams
-from agentrl.engine.sglang_client import SGLangEngine
-from agentrl.engine.sglang_protocol import (
+from agentrl.engine.remote.sglang_client import SGLangEngine
+from agentrl.engine.remote.sglang_protocol import (
     SGLANG_VERSION,
     EngineRequestError,
     WireGenerateRequest,

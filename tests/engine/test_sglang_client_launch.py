@@ -7,21 +7,20 @@ import asyncio
 import importlib.util
 
 import pytest
-import torch
 from aiohttp import web
 from pydantic import ValidationError
 
+from agentrl.engine.builtin.engine import TransformersEngine
 from agentrl.engine.config import EngineConfig, ModelConfig
 from agentrl.engine.factory import build_engine
 from agentrl.engine.protocol import SamplingParams
-from agentrl.engine.sglang_client import SGLangEngine
-from agentrl.engine.sglang_launcher import LaunchedServer, free_port
-from agentrl.engine.sglang_protocol import EngineRequestError
-from agentrl.engine.transformers_engine import TransformersEngine
+from agentrl.engine.remote.sglang_client import SGLangEngine
+from agentrl.engine.remote.sglang_launcher import LaunchedServer, free_port
+from agentrl.engine.remote.sglang_protocol import EngineRequestError
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
 
 MODEL = str(DEFAULT_MODEL_PATH)
-BUILD = {"model_path": MODEL, "device": "cpu", "dtype": torch.float32, "seed": 0}
+BUILD = {"seed": 0}
 
 
 @pytest.mark.parametrize(
@@ -47,12 +46,12 @@ def test_a_dumped_sglang_config_validates_again() -> None:
 
 
 async def test_build_engine_gives_the_built_in_engine_by_default() -> None:
-    engine = build_engine(ModelConfig(), EngineConfig(max_batch_size=3), **BUILD)
+    engine = build_engine(ModelConfig(), EngineConfig(device="cpu", max_batch_size=3), **BUILD)
     assert isinstance(engine, TransformersEngine)
     assert engine.max_batch_size == 3
     assert engine.decode_lookahead == 0  # the CPU's default
     await engine.close()
-    engine = build_engine(ModelConfig(), EngineConfig(decode_lookahead=2), **BUILD)
+    engine = build_engine(ModelConfig(), EngineConfig(device="cpu", decode_lookahead=2), **BUILD)
     assert engine.decode_lookahead == 2
     await engine.close()
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from agentrl.engine.slot_attention import grouped_query_attention
-from agentrl.engine.slot_cache import SlotForward, SlotKVCache, causal_slot_mask
-from agentrl.engine.step_inputs import PrefillRows, decode_inputs, prefill_inputs
+from agentrl.engine.builtin.cache.slot_cache import SlotForward, SlotKVCache, causal_slot_mask
+from agentrl.engine.builtin.model.slot_attention import grouped_query_attention
+from agentrl.engine.builtin.runner.step_inputs import PrefillRows, decode_inputs, prefill_inputs
 
 
 def one_layer_slots(num_slots: int = 3, capacity: int = 4) -> SlotKVCache:

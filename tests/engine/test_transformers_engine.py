@@ -16,7 +16,7 @@ from agentrl.engine import (
     StepKind,
     TransformersEngine,
 )
-from tests.engine.conftest import tiny_qwen2, word_tokenizer
+from tests.engine.conftest import on_cpu, tiny_qwen2, word_tokenizer
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11, 12, 13, 14, 15, 16, 17], [3]]
 GREEDY = SamplingParams(max_new_tokens=8, temperature=0.0)
@@ -30,7 +30,7 @@ MIXED = [
 
 async def run_alone(model, prompts, params) -> list[Generation]:
     """Each request on its own, one after another, in a fresh engine."""
-    async with TransformersEngine(model, []) as engine:
+    async with TransformersEngine(model, [], on_cpu()) as engine:
         return [await engine.generate(p, s) for p, s in zip(prompts, params, strict=True)]
 
 
@@ -54,13 +54,13 @@ def assert_same_generations(got: list[Generation], expected: list[Generation]) -
 
 
 def test_the_engine_satisfies_the_inference_engine_protocol():
-    engine = TransformersEngine(tiny_qwen2(), [])
+    engine = TransformersEngine(tiny_qwen2(), [], on_cpu())
     assert isinstance(engine, InferenceEngine)
     asyncio.run(engine.close())
 
 
 async def test_greedy_completions_equal_transformers_generate(any_tiny_model):
-    async with TransformersEngine(any_tiny_model, []) as engine:
+    async with TransformersEngine(any_tiny_model, [], on_cpu()) as engine:
         generations = await asyncio.gather(*[engine.generate(p, GREEDY) for p in PROMPTS])
     for prompt, generation in zip(PROMPTS, generations, strict=True):
         reference = any_tiny_model.generate(
@@ -73,7 +73,7 @@ async def test_greedy_completions_equal_transformers_generate(any_tiny_model):
 async def test_batched_logprobs_equal_a_full_forward_pass_over_prompt_and_completion():
     model = tiny_qwen2()
     params = SamplingParams(max_new_tokens=10, temperature=0.7, seed=3)
-    async with TransformersEngine(model, []) as engine:
+    async with TransformersEngine(model, [], on_cpu()) as engine:
         generations = await asyncio.gather(*[engine.generate(p, params) for p in PROMPTS])
     for prompt, generation in zip(PROMPTS, generations, strict=True):
         expected = full_forward_logprobs(model, prompt, generation, temperature=0.7)
@@ -83,7 +83,9 @@ async def test_batched_logprobs_equal_a_full_forward_pass_over_prompt_and_comple
 async def test_requests_joining_mid_flight_get_the_same_tokens_and_logprobs_as_alone(any_tiny_model):
     records = []
     # A one-token prefill budget admits one request per iteration, so each joins a running batch.
-    async with TransformersEngine(any_tiny_model, [], max_prefill_tokens=1, on_step=records.append) as engine:
+    async with TransformersEngine(
+        any_tiny_model, [], on_cpu(max_prefill_tokens=1), on_step=records.append
+    ) as engine:
         batched = await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, MIXED, strict=True)])
     assert [(r.kind, r.request_ids) for r in records[:4]] == [
         (StepKind.PREFILL, (0,)),
@@ -105,7 +107,7 @@ async def test_a_late_request_joins_at_the_next_decode_step_and_leaves_as_soon_a
             late_submitted.wait(timeout=60)  # hold the scheduler until the late request is queued
 
     long_params, short_params = SamplingParams(10, temperature=0.0), SamplingParams(3, temperature=0.0)
-    async with TransformersEngine(model, [], on_step=on_step) as engine:
+    async with TransformersEngine(model, [], on_cpu(), on_step=on_step) as engine:
         first = asyncio.create_task(engine.generate(PROMPTS[0], long_params))
         await asyncio.to_thread(third_decode.wait, 60)
         second = asyncio.create_task(engine.generate(PROMPTS[1], short_params))
@@ -126,7 +128,7 @@ async def test_a_late_request_joins_at_the_next_decode_step_and_leaves_as_soon_a
 
 async def test_a_stop_token_ends_the_completion_and_is_included():
     model = tiny_qwen2()
-    async with TransformersEngine(model, []) as engine:
+    async with TransformersEngine(model, [], on_cpu()) as engine:
         free = await engine.generate(PROMPTS[0], GREEDY)
         # The first token that did not occur before it, at index 2 or later, becomes the stop token.
         stop_index = next(i for i in range(2, 8) if free.completion_ids[i] not in free.completion_ids[:i])
@@ -140,10 +142,10 @@ async def test_a_stop_token_ends_the_completion_and_is_included():
 
 async def test_the_tokenizers_eos_id_stops_a_completion():
     model = tiny_qwen2()
-    async with TransformersEngine(model, []) as engine:
+    async with TransformersEngine(model, [], on_cpu()) as engine:
         free = await engine.generate(PROMPTS[2], GREEDY)
     eos = free.completion_ids[0]
-    async with TransformersEngine(model, word_tokenizer(eos_token_id=eos)) as engine:
+    async with TransformersEngine(model, word_tokenizer(eos_token_id=eos), on_cpu()) as engine:
         assert engine.eos_ids == frozenset({eos})
         stopped = await engine.generate(PROMPTS[2], GREEDY)
     assert (stopped.completion_ids, stopped.finish_reason) == ([eos], FinishReason.STOP)
@@ -152,7 +154,7 @@ async def test_the_tokenizers_eos_id_stops_a_completion():
 async def test_the_model_context_limit_ends_a_completion_with_length():
     model = tiny_qwen2(max_position_embeddings=16)
     params = SamplingParams(max_new_tokens=10, temperature=0.0)
-    async with TransformersEngine(model, []) as engine:
+    async with TransformersEngine(model, [], on_cpu()) as engine:
         near_limit = await engine.generate(list(range(1, 15)), params)
         at_limit = await engine.generate(list(range(1, 17)), params)
         past_limit = await engine.generate(list(range(1, 21)), params)
@@ -167,7 +169,7 @@ async def test_the_model_context_limit_ends_a_completion_with_length():
 
 async def test_top_k_one_and_a_tiny_top_p_sample_the_greedy_tokens():
     model = tiny_qwen2()
-    async with TransformersEngine(model, []) as engine:
+    async with TransformersEngine(model, [], on_cpu()) as engine:
         greedy = await engine.generate(PROMPTS[0], GREEDY)
         top_k = await engine.generate(PROMPTS[0], SamplingParams(8, temperature=1.0, top_k=1, seed=1))
         top_p = await engine.generate(PROMPTS[0], SamplingParams(8, temperature=1.0, top_p=1e-6, seed=2))
@@ -180,7 +182,7 @@ async def test_the_engine_seed_makes_unseeded_requests_reproducible():
     params = SamplingParams(max_new_tokens=12, temperature=1.0)
 
     async def run(seed: int) -> list[list[int]]:
-        async with TransformersEngine(model, [], seed=seed) as engine:
+        async with TransformersEngine(model, [], on_cpu(), seed=seed) as engine:
             generations = await asyncio.gather(*[engine.generate(p, params) for p in PROMPTS])
         return [g.completion_ids for g in generations]
 
@@ -194,7 +196,7 @@ async def test_a_per_request_seed_overrides_the_engine_seed():
     params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=99)
     completions = []
     for engine_seed in (1, 2):
-        async with TransformersEngine(model, [], seed=engine_seed) as engine:
+        async with TransformersEngine(model, [], on_cpu(), seed=engine_seed) as engine:
             completions.append((await engine.generate(PROMPTS[0], params)).completion_ids)
     assert completions[0] == completions[1]
 
@@ -209,7 +211,7 @@ async def test_with_a_prefill_interval_a_late_request_joins_only_after_that_many
             first_decode.set()
             late_submitted.wait(timeout=60)  # hold the scheduler until the late request is queued
 
-    async with TransformersEngine(model, [], prefill_interval=3, on_step=on_step) as engine:
+    async with TransformersEngine(model, [], on_cpu(prefill_interval=3), on_step=on_step) as engine:
         first = asyncio.create_task(engine.generate(PROMPTS[0], SamplingParams(6, temperature=0.0)))
         await asyncio.to_thread(first_decode.wait, 60)
         second = asyncio.create_task(engine.generate(PROMPTS[1], SamplingParams(2, temperature=0.0)))

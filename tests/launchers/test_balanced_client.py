@@ -21,14 +21,15 @@ import torch
 from aiohttp import web
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from agentrl.engine.balanced_client import BalancedEngine
-from agentrl.engine.http_server import ServedEngine, build_app
+from agentrl.engine.builtin.engine import TransformersEngine
+from agentrl.engine.config import EngineConfig
 from agentrl.engine.protocol import SamplingParams
-from agentrl.engine.serve import LISTENING
-from agentrl.engine.sglang_client import SGLangEngine
-from agentrl.engine.sglang_launcher import free_port
-from agentrl.engine.sglang_protocol import EngineRequestError
-from agentrl.engine.transformers_engine import TransformersEngine
+from agentrl.engine.remote.balanced_client import BalancedEngine
+from agentrl.engine.remote.sglang_client import SGLangEngine
+from agentrl.engine.remote.sglang_launcher import free_port
+from agentrl.engine.remote.sglang_protocol import EngineRequestError
+from agentrl.engine.serve.__main__ import LISTENING
+from agentrl.engine.serve.http_server import ServedEngine, build_app
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
 
 MODEL = str(DEFAULT_MODEL_PATH)
@@ -44,7 +45,7 @@ class Server:
 
 
 async def start_server(stack: list) -> Server:
-    engine = TransformersEngine.from_pretrained(MODEL, device="cpu", max_batch_size=8)
+    engine = TransformersEngine.from_pretrained(MODEL, EngineConfig(device="cpu", max_batch_size=8))
     served = ServedEngine(engine, AutoTokenizer.from_pretrained(MODEL), MODEL, torch.float32)
     app = build_app(served)
     server = Server(url="")

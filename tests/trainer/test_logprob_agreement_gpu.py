@@ -16,6 +16,7 @@ import torch
 from transformers import AutoTokenizer
 
 from agentrl.engine import SamplingParams, TransformersEngine
+from agentrl.engine.config import EngineConfig
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
 from agentrl.trainer.actor_config import ActorConfig
@@ -87,7 +88,7 @@ def test_trainer_bf16_logprobs_of_engine_samples_agree_before_and_after_an_on_de
             DEFAULT_MODEL_PATH, actor, device="cuda", dtype=torch.bfloat16, temperature=TEMPERATURE
         )
         engine = TransformersEngine.from_pretrained(
-            str(DEFAULT_MODEL_PATH), dtype=torch.bfloat16, device="cuda", seed=0
+            str(DEFAULT_MODEL_PATH), EngineConfig(device="cuda"), dtype=torch.bfloat16, seed=0
         )
         async with engine:
             batch = await sampled_batch(engine, prompts)
