@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import select
 import signal
 import subprocess
@@ -94,17 +95,22 @@ except KeyboardInterrupt:
 
 
 def read_until(process: subprocess.Popen, wanted: list[str], timeout_s: float) -> list[str]:
-    """Lines of the process's stdout up to and including every line in `wanted`; fails past timeout_s."""
-    lines: list[str] = []
+    """Lines of the process's stdout up to and including every line in `wanted`; fails past timeout_s.
+
+    Reads the pipe's file descriptor directly: a buffered readline may take two lines off the pipe
+    at once, and select() would then wait for a second line already read.
+    """
+    received, lines = b"", []
     deadline = time.monotonic() + timeout_s
     while not set(wanted) <= set(lines):
         ready, _, _ = select.select([process.stdout], [], [], max(0.0, deadline - time.monotonic()))
         assert ready, f"no {wanted} within {timeout_s} s; got {lines}"
-        line = process.stdout.readline()
-        assert line, (
+        chunk = os.read(process.stdout.fileno(), 65536)
+        assert chunk, (
             f"the process ended before printing {wanted}; got {lines}: {process.stderr.read()[-3000:]}"
         )
-        lines.append(line.rstrip("\n"))
+        *complete, received = (received + chunk).split(b"\n")
+        lines += [line.decode() for line in complete]
     return lines
 
 
