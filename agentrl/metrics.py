@@ -34,9 +34,10 @@ def _summary(prefix: str, values: list[float]) -> dict[str, float]:
 def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[str, float]:
     """Reward, length, turn and status statistics of one step's trajectories."""
     valid = [t for t in trajectories if not t.status.is_error]
-    rewards = [t.reward for t in valid]
+    scored = [t for t in valid if not t.reward_missing]  # as in the advantages: unscored is not 0
+    rewards = [t.reward for t in scored]
     groups: dict[int, list[float]] = defaultdict(list)
-    for t in valid:
+    for t in scored:
         groups[t.group_id].append(t.reward)
     metrics = {
         "reward/mean": statistics.fmean(rewards) if rewards else 0.0,

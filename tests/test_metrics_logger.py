@@ -61,3 +61,15 @@ def test_each_console_line_of_a_training_step_says_how_far_the_run_is_and_the_ti
         "step 2/4 (eta 2m00s): reward/mean=0.5 timing_s/step=90",  # 2 left at the mean, 60 s
         "step 4/4 (eta 0s): reward/mean=0.5 timing_s/step=60",
     ]
+
+
+def test_a_sample_no_reward_function_scored_is_left_out_of_the_logged_reward_statistics():
+    from agentrl.metrics import rollout_metrics
+    from agentrl.rollout.trajectory import Trajectory
+
+    def sample(group_id: int, reward: float, missing: bool = False) -> Trajectory:
+        return Trajectory(group_id=group_id, prompt_ids=[0], reward=reward, reward_missing=missing)
+
+    metrics = rollout_metrics([sample(0, 1.0), sample(0, 0.0, missing=True), sample(1, 0.5), sample(1, 1.0)])
+    assert metrics["reward/mean"] == 2.5 / 3  # the unscored 0.0 is not a score
+    assert metrics["frac_reward_zero_std"] == 0.5  # group 0 has one scored member: no spread

@@ -24,8 +24,6 @@ from agentrl.check_template.conversations import CALCULATOR, Conversation, Messa
 from agentrl.parsing.tool_calls import calls_of_message, parse_tool_calls
 from agentrl.rollout.chat_template import ChatTemplate
 
-SENTINEL = "Sentinel reply 8151."  # assistant content no template rewrites, to locate the turn's end
-
 
 @dataclass(frozen=True)
 class Violation:
@@ -88,12 +86,11 @@ def template_facts(
                 f"without it and {opened!r} with it",
             )
         )
-    finished = template.render(opening + [{"role": "assistant", "content": SENTINEL}], None, False)
-    end_of_turn = finished[finished.find(SENTINEL) + len(SENTINEL) :] if SENTINEL in finished else ""
+    end_of_turn = template.end_of_turn_text or ""
     end_ids = template.encode(end_of_turn)
     stop_ids = tuple(sorted(set(stop_token_ids)))
     stop_token_id = end_ids[0] if end_ids else stop_ids[0]
-    if SENTINEL not in finished or stop_token_id not in stop_ids:
+    if template.end_of_turn_text is None or stop_token_id not in stop_ids:
         violations.append(
             Violation(
                 "end_of_turn",

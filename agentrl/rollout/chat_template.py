@@ -55,12 +55,17 @@ class ChatTemplate:
         return frozenset(added | set(self.tokenizer.all_special_ids))
 
     @cached_property
-    def end_of_turn_id(self) -> int | None:
-        """The special token the template puts right after an assistant message's text, if any."""
+    def end_of_turn_text(self) -> str | None:
+        """The text the template puts after an assistant message's content (None: it rewrote the probe)."""
         marker = "Sentinel reply 8151."  # text no template rewrites
         opening = [{"role": "user", "content": "Hi."}]
         finished = self.render([*opening, {"role": "assistant", "content": marker}], None, False)
-        after = self.encode(finished[finished.find(marker) + len(marker) :]) if marker in finished else []
+        return finished[finished.find(marker) + len(marker) :] if marker in finished else None
+
+    @cached_property
+    def end_of_turn_id(self) -> int | None:
+        """The special token the template puts right after an assistant message's text, if any."""
+        after = self.encode(self.end_of_turn_text or "")
         return after[0] if after and after[0] in self.special_token_ids else None
 
     def turn_length(self, completion_ids: list[int]) -> int:

@@ -89,7 +89,7 @@ def test_the_multi_turn_math_mode_trains_with_feedback_turns_masked(tmp_path):
         assert t["loss_mask"][: len(first) + len(feedback)] == [1] * len(first) + [0] * len(feedback)
 
 
-def test_the_custom_env_example_trains_with_the_readme_command(tmp_path):
+def test_the_custom_env_preset_runs_a_two_step_smoke_training(tmp_path):
     result = train(
         tmp_path, "env=custom", "trainer.total_training_steps=2", "trainer.logger=[console]", *TINY
     )
