@@ -1,6 +1,6 @@
 """Set-up, the model to load: a model path setting resolved to what transformers loads.
 
-"tiny" is the bundled policy; a local path must hold a model saved with `save_pretrained`; anything
+"tiny" and "tiny_think" are the bundled policies; a local path must hold a model saved with `save_pretrained`; anything
 else is a hub id. Each entry point (training, the debugger, the served engine, the template
 checker) resolves its path here, so a path that cannot load fails at once with the same error.
 """
@@ -15,19 +15,19 @@ from typing import Any
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from agentrl.tiny_policy import DEFAULT_MODEL_PATH
+from agentrl.tiny_policy import BUNDLED_MODELS
 
 SAVED_FILES = ("config.json", "tokenizer_config.json")  # what save_pretrained writes (model, tokenizer)
 
 
 def resolve_model_path(path: str, setting: str = "model.path") -> str:
-    """`path` as transformers loads it: "tiny" is the bundled policy; a local path must hold a saved model.
+    """`path` as transformers loads it: a bundled policy by name; a local path must hold a saved model.
 
     A hub id (`org/name`) passes through: transformers resolves it from the hub or its cache.
     `setting` names where the path came from in errors (`model.path`, `--model`).
     """
-    if path == "tiny":
-        return str(DEFAULT_MODEL_PATH)
+    if path in BUNDLED_MODELS:
+        return str(BUNDLED_MODELS[path])
     local = Path(path).expanduser()
     if local.is_dir():
         if not any((local / name).is_file() for name in SAVED_FILES):
@@ -39,7 +39,7 @@ def resolve_model_path(path: str, setting: str = "model.path") -> str:
     if local.exists() or path.startswith(("/", ".", "~")) or path.count("/") > 1:
         raise ValueError(
             f"{setting}={path}: no such model directory; give a directory saved with save_pretrained, "
-            "a hub id such as Qwen/Qwen2.5-0.5B-Instruct, or tiny (the bundled policy)"
+            "a hub id such as Qwen/Qwen2.5-0.5B-Instruct, or tiny or tiny_think (the bundled policies)"
         )
     return path
 

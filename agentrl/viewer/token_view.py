@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentrl.tiny_policy import DEFAULT_MODEL_PATH
+from agentrl.tiny_policy import BUNDLED_MODELS
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -47,7 +47,7 @@ def _load_tokenizer(path: str) -> PreTrainedTokenizerBase | None:
 def run_tokenizer(run_path: Path, config: dict[str, Any]) -> PreTrainedTokenizerBase | None:
     """The tokenizer the run trained with, if it can be loaded from this machine."""
     model_path = str((config.get("model") or {}).get("path") or "")
-    candidates = [str(DEFAULT_MODEL_PATH) if model_path == "tiny" else model_path, str(run_path / "hf_model")]
+    candidates = [str(BUNDLED_MODELS.get(model_path, model_path)), str(run_path / "hf_model")]
     for candidate in candidates:
         if candidate and (tokenizer := _load_tokenizer(candidate)) is not None:
             return tokenizer

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from envs.tiny_policy.chat_template import CHAT_TEMPLATE, THINK_CHAT_TEMPLATE
 from envs.tiny_policy.corpus import DEFAULT_ANSWER_NOISE, DEFAULT_MATH_FRACTION, Conversation, make_corpus
 from envs.tiny_policy.examples import TokenizedExample, collate, encode_conversation, render
 from envs.tiny_policy.tokenizer import IM_END, MAX_LENGTH, PAD, byte_tokenizer, train_tokenizer
@@ -46,6 +47,7 @@ class BuildConfig:
     num_threads: int = 2
     math_fraction: float = DEFAULT_MATH_FRACTION
     answer_noise: float = DEFAULT_ANSWER_NOISE
+    think: bool = False  # the thinking variant: <think> reasoning and a template that drops it later
     device: str = "cpu"
     log_every: int = 50
 
@@ -62,9 +64,10 @@ class BuildConfig:
 
 def build_tokenizer(config: BuildConfig, corpus: list[Conversation]) -> PreTrainedTokenizerFast:
     """Learn BPE merges from rendered conversations (rendering needs no merges, only the template)."""
-    renderer = byte_tokenizer()
+    chat_template = THINK_CHAT_TEMPLATE if config.think else CHAT_TEMPLATE
+    renderer = byte_tokenizer(chat_template)
     texts = [render(renderer, c, len(c.messages), prompt=False) for c in corpus[:NUM_TOKENIZER_TEXTS]]
-    return train_tokenizer(texts, vocab_size=config.vocab_size)
+    return train_tokenizer(texts, vocab_size=config.vocab_size, chat_template=chat_template)
 
 
 def build_model(config: BuildConfig, tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
@@ -153,7 +156,11 @@ def build(config: BuildConfig) -> None:
     torch.manual_seed(config.seed)
     torch.set_num_threads(config.num_threads)
     corpus = make_corpus(
-        config.steps * config.batch_size, config.seed, config.math_fraction, answer_noise=config.answer_noise
+        config.steps * config.batch_size,
+        config.seed,
+        config.math_fraction,
+        answer_noise=config.answer_noise,
+        think=config.think,
     )
     tokenizer = build_tokenizer(config, corpus)
     examples = [encode_conversation(tokenizer, conversation) for conversation in corpus]
@@ -182,6 +189,9 @@ def parse_args(argv: list[str] | None = None) -> BuildConfig:
         default=BuildConfig.answer_noise,
         help="share of math replies with a mistake",
     )
+    parser.add_argument(
+        "--think", action="store_true", help="the thinking variant (<think> reasoning; model=tiny_think)"
+    )
     parser.add_argument("--device", default=BuildConfig.device, help="torch device to train on, e.g. cuda")
     parser.add_argument("--threads", type=int, default=BuildConfig.num_threads, help="torch CPU threads")
     args = parser.parse_args(argv)
@@ -197,6 +207,7 @@ def parse_args(argv: list[str] | None = None) -> BuildConfig:
         num_threads=args.threads,
         math_fraction=args.math_fraction,
         answer_noise=args.answer_noise,
+        think=args.think,
         device=args.device,
         warmup_steps=min(BuildConfig.warmup_steps, max(1, args.steps // 10)),
     )

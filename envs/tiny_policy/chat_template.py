@@ -4,6 +4,11 @@ Kept as Python source, not a data file, so it ships with the package under any p
 Tools render as JSON schemas in a system block, assistant tool calls as
 `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, and each tool message as
 its own user turn wrapped in `<tool_response>` tags.
+
+`THINK_CHAT_TEMPLATE`, of the thinking variant, is the same template except that it drops the
+`<think>...</think>` reasoning of assistant turns before the last user message, as Qwen3's
+template does; it therefore rewrites history, and an episode that retries after feedback trains
+as several samples.
 """
 
 CHAT_TEMPLATE = r"""{#- ChatML. Every turn renders from its own message only, so rendering messages[:k] is a string
@@ -57,3 +62,28 @@ CHAT_TEMPLATE = r"""{#- ChatML. Every turn renders from its own message only, so
     {{- '<|im_start|>assistant\n' }}
 {%- endif %}
 """
+
+
+# The thinking variant: the ChatML template above with each assistant message's text taken from
+# `content`, which loses its reasoning before the last user message (a Qwen3-style rewrite).
+_CONTENT = """        {%- if message.content %}
+            {{- message.content }}
+        {%- endif %}"""
+_CONTENT_WITHOUT_EARLIER_REASONING = """        {%- set content = message.content or '' %}
+        {%- if loop.index0 < history.last_user and '</think>' in content %}
+            {%- set content = content.split('</think>')[-1].lstrip('\\n') %}
+        {%- endif %}
+        {%- if content %}
+            {{- content }}
+        {%- endif %}"""
+_LAST_USER_INDEX = """{%- set history = namespace(last_user=-1) %}
+{%- for message in messages %}
+    {%- if message.role == 'user' %}
+        {%- set history.last_user = loop.index0 %}
+    {%- endif %}
+{%- endfor %}
+"""
+assert _CONTENT in CHAT_TEMPLATE
+THINK_CHAT_TEMPLATE = _LAST_USER_INDEX + CHAT_TEMPLATE.replace(
+    _CONTENT, _CONTENT_WITHOUT_EARLIER_REASONING
+).replace("{%- if message.content or not loop.first %}", "{%- if content or not loop.first %}")

@@ -16,6 +16,7 @@ from typing import Any
 from envs.math.env import FEEDBACK as RETRY_FEEDBACK
 from envs.math.synthetic import MAX_DIFFICULTY, make_expression, make_row
 from envs.tiny_policy.code_tasks import make_code_conversation
+from envs.tiny_policy.thinking import think_reply
 
 SPLIT = "sft"
 CALCULATOR_TOOL: dict[str, Any] = {
@@ -69,8 +70,12 @@ def make_corpus(
     math_fraction: float = DEFAULT_MATH_FRACTION,
     retry_fraction: float = 0.15,
     answer_noise: float = DEFAULT_ANSWER_NOISE,
+    think: bool = False,
 ) -> list[Conversation]:
-    """`num_conversations` conversations; the same arguments always give the same corpus."""
+    """`num_conversations` conversations; the same arguments always give the same corpus.
+
+    With `think`, math replies reason in `<think>` before answering (`envs.tiny_policy.thinking`).
+    """
     if num_conversations < 1:
         raise ValueError(f"num_conversations must be >= 1, got {num_conversations}")
     if not all(0.0 <= value <= 1.0 for value in (math_fraction, retry_fraction, answer_noise)):
@@ -87,7 +92,7 @@ def make_corpus(
         if family is Family.MATH:
             retry = rng.random() < retry_fraction
             noisy = not retry and rng.random() < answer_noise
-            corpus.append(make_math_conversation(rng, index, retry=retry, noisy=noisy))
+            corpus.append(make_math_conversation(rng, index, retry=retry, noisy=noisy, think=think))
         elif family is Family.TOOL:
             corpus.append(make_tool_conversation(rng))
         else:
@@ -114,15 +119,22 @@ def wrong_answer(rng: random.Random, answer: int) -> int:
     return answer + rng.choice([-10, -2, -1, 1, 2, 10])
 
 
-def make_math_conversation(rng: random.Random, index: int, retry: bool, noisy: bool = False) -> Conversation:
+def make_math_conversation(
+    rng: random.Random, index: int, retry: bool, noisy: bool = False, think: bool = False
+) -> Conversation:
     """A math-env episode; with `retry`, a wrong first answer (no loss on it) and a correct retry;
-    with `noisy`, a single reply that states a plausible mistake (trained on)."""
+    with `noisy`, a single reply that states a plausible mistake (trained on); with `think`, every
+    reply reasons in `<think>` first."""
     expression = make_expression(rng, rng.randint(1, MAX_DIFFICULTY))
     row = make_row(expression, index, SPLIT)
     answer = int(row["reward_model"]["ground_truth"])
-    correct = {"role": "assistant", "content": working(expression, answer)}
     mistake = wrong_answer(rng, answer)
-    wrong = {"role": "assistant", "content": f"{expression} = {mistake}. \\boxed{{{mistake}}}"}
+    if think:
+        correct = {"role": "assistant", "content": think_reply(expression, answer)}
+        wrong = {"role": "assistant", "content": think_reply(expression, mistake)}
+    else:
+        correct = {"role": "assistant", "content": working(expression, answer)}
+        wrong = {"role": "assistant", "content": f"{expression} = {mistake}. \\boxed{{{mistake}}}"}
     if not retry:
         return Conversation(Family.MATH, (*row["prompt"], wrong if noisy else correct), None, (False, True))
     feedback = {"role": "user", "content": RETRY_FEEDBACK}

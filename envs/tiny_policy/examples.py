@@ -3,7 +3,9 @@
 Tokens are cut exactly as a rollout cuts them: the prompt is the rendered template up to the
 generation prompt, each assistant reply is its own segment ending in `<|im_end|>`, and what
 follows it (template text, user and tool turns) is the template's delta. Training on the
-same segmentation the rollout produces keeps SFT and RL token streams identical.
+same segmentation the rollout produces keeps SFT and RL token streams identical; where the template
+rewrites earlier turns (the thinking variant), the example starts at the full render of the context
+of its trained turn, as the rollout's next sample does.
 """
 
 from __future__ import annotations
@@ -55,9 +57,16 @@ def encode_conversation(tokenizer: PreTrainedTokenizerBase, conversation: Conver
             continue
         prompt = render(tokenizer, conversation, index, prompt=True)
         full = render(tokenizer, conversation, index + 1, prompt=False)
-        assert prompt.startswith(rendered) and full.startswith(prompt), (
-            "chat template broke the prefix property"
-        )
+        assert full.startswith(prompt), "chat template broke the prefix property within a turn"
+        if not prompt.startswith(rendered):
+            # The template rewrote earlier turns (a thinking template drops their reasoning): as in a
+            # rollout, the sample starts over from the full render of this turn's context, which
+            # loses nothing only while no earlier turn was trained.
+            if any(loss_mask):
+                raise ValueError("the chat template rewrites a trained turn; train only the last turns")
+            input_ids.clear()
+            loss_mask.clear()
+            rendered = ""
         reply_end = full.rindex(IM_END) + len(IM_END)
         append(prompt[len(rendered) :], trained=False)
         append(full[len(prompt) : reply_end], trained=trained)

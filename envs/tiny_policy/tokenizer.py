@@ -29,7 +29,9 @@ MAX_LENGTH = 512
 MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS) + len(MARKUP_TOKENS)
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> PreTrainedTokenizerFast:
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 1024, chat_template: str = CHAT_TEMPLATE
+) -> PreTrainedTokenizerFast:
     """Train the BPE tokenizer on `texts` and attach the chat template and special tokens."""
     if vocab_size < MIN_VOCAB_SIZE:
         raise ValueError(
@@ -44,21 +46,21 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> PreTrainedT
     )
     backend.train_from_iterator(texts, trainer=trainer)
     backend.add_tokens(markup_tokens())
-    return wrap_tokenizer(backend)
+    return wrap_tokenizer(backend, chat_template)
 
 
 def markup_tokens() -> list[AddedToken]:
     return [AddedToken(token, special=False, normalized=False) for token in MARKUP_TOKENS]
 
 
-def byte_tokenizer() -> PreTrainedTokenizerFast:
+def byte_tokenizer(chat_template: str = CHAT_TEMPLATE) -> PreTrainedTokenizerFast:
     """The untrained tokenizer (bytes only, no merges): renders the chat template to train on."""
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     vocab = {token: index for index, token in enumerate([*SPECIAL_TOKENS, *alphabet])}
     backend = new_backend(models.BPE(vocab=vocab, merges=[]))
     backend.add_special_tokens(list(SPECIAL_TOKENS))
     backend.add_tokens(markup_tokens())
-    return wrap_tokenizer(backend)
+    return wrap_tokenizer(backend, chat_template)
 
 
 def new_backend(model: models.Model) -> Tokenizer:
@@ -75,7 +77,7 @@ def new_backend(model: models.Model) -> Tokenizer:
     return backend
 
 
-def wrap_tokenizer(backend: Tokenizer) -> PreTrainedTokenizerFast:
+def wrap_tokenizer(backend: Tokenizer, chat_template: str = CHAT_TEMPLATE) -> PreTrainedTokenizerFast:
     """The transformers tokenizer around a trained `tokenizers` backend, with the chat template."""
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
@@ -84,5 +86,5 @@ def wrap_tokenizer(backend: Tokenizer) -> PreTrainedTokenizerFast:
         model_max_length=MAX_LENGTH,
         padding_side="left",  # generation pads on the left so every prompt ends at the last position
         clean_up_tokenization_spaces=False,  # decode must return the exact text
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template,
     )
