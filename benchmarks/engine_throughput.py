@@ -39,30 +39,37 @@ import torch
 from kernel_profile import Profiled, format_profile
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
-from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
 
 from agentrl.devices import resolve_device
 from agentrl.engine import SamplingParams, TransformersEngine
-from agentrl.engine.builtin.model.model_setup import attention_backends
+from agentrl.engine.builtin.model.model_setup import attention_backends, slot_shape
 from agentrl.engine.config import ModelConfig, add_engine_flags, engine_config_from_flags
 from agentrl.engine.factory import build_engine
 
-MODEL_SHAPES = {
+MODEL_SHAPES = {  # each a transformers config (`model_type` names its family); random weights
     # A few-layer model that runs on two CPU cores in seconds.
     "tiny": {
-        "vocab_size": 2048, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4,
+        "model_type": "qwen2", "vocab_size": 2048, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4,
         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
     },
     # The shape of Qwen2.5-0.5B (random weights: no model hub is reachable).
     "qwen2.5-0.5b": {
-        "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+        "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
         "num_attention_heads": 14, "num_key_value_heads": 2, "max_position_embeddings": 32768,
         "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
     },
     "qwen2.5-1.5b": {
-        "vocab_size": 151936, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+        "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
         "num_attention_heads": 12, "num_key_value_heads": 2, "max_position_embeddings": 32768,
         "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
+    },
+    # Qwen3-0.6B: QK-norm, and 16 heads of 128 (2,048 attention features from a hidden size of 1,024).
+    "qwen3-0.6b": {
+        "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072,
+        "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+        "max_position_embeddings": 40960, "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True,
     },
 }  # fmt: skip
 
@@ -89,8 +96,9 @@ class Measurement:
 
 def build_model(shape: str, device: str, dtype: torch.dtype) -> PreTrainedModel:
     torch.manual_seed(0)
+    config = AutoConfig.for_model(**MODEL_SHAPES[shape])
     with torch.device(device):  # random init directly on the device: seconds, not minutes, for 0.5B
-        model = Qwen2ForCausalLM(Qwen2Config(**MODEL_SHAPES[shape])).to(dtype).eval()
+        model = AutoModelForCausalLM.from_config(config).to(dtype).eval()
     model.generation_config.eos_token_id = None  # every request produces exactly its budget
     model.generation_config.pad_token_id = 0
     return model
@@ -139,7 +147,7 @@ def measure_copy_bandwidth(device: str, num_bytes: int = 1 << 30, repeats: int =
 
 def roofline_of(model: PreTrainedModel, device: str) -> Roofline:
     config = model.config
-    head_dim = config.hidden_size // config.num_attention_heads
+    head_dim = slot_shape(model)["head_dim"]  # Qwen3's is explicit: not hidden_size // heads
     itemsize = next(model.parameters()).element_size()
     return Roofline(
         weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--model", "tiny", "--device", "cpu", "--num-requests", "8", "--prompt-tokens", "8", "24",
@@ -89,3 +90,15 @@ def test_a_repeat_count_below_one_is_refused_by_name():
     command = [sys.executable, str(REPO_ROOT / "benchmarks" / "engine_throughput.py"), "--repeats", "0"]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert completed.returncode == 2 and "--repeats: must be 1 or more, got 0" in completed.stderr
+
+
+def test_the_qwen3_shape_is_a_qwen3_model_whose_roofline_reads_its_explicit_head_size():
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import engine_throughput
+
+    model = engine_throughput.build_model("qwen3-0.6b", "meta", torch.bfloat16)  # shapes only, no memory
+    assert type(model).__name__ == "Qwen3ForCausalLM"
+    roofline = engine_throughput.roofline_of(model, "cpu")
+    # 28 layers x keys and values x 8 heads x 128 (not hidden size 1,024 / 16 heads = 64) x 2 bytes.
+    assert roofline.kv_bytes_per_token == 28 * 2 * 8 * 128 * 2
+    assert roofline.weight_bytes == 596_049_920 * 2  # the tied embedding counted once

@@ -10,10 +10,14 @@ from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
     PreTrainedModel,
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 
 from agentrl.engine.config import EngineConfig
@@ -56,6 +60,44 @@ def tiny_llama(seed: int = 0) -> PreTrainedModel:
         initializer_range=0.3,
     )
     return LlamaForCausalLM(config).eval()
+
+
+def tiny_qwen3(seed: int = 0) -> PreTrainedModel:
+    """QK-norm, and an explicit head_dim: 4 heads of 16 make 64 features against a hidden size of 32."""
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=128,
+        initializer_range=0.3,
+    )
+    model = Qwen3ForCausalLM(config).eval()
+    with torch.no_grad():  # norm weights start at one: make the query's and key's differ
+        for layer in model.model.layers:
+            layer.self_attn.q_norm.weight.normal_(1.0, 0.5)
+            layer.self_attn.k_norm.weight.normal_(1.0, 0.5)
+    return model
+
+
+def tiny_mistral(seed: int = 0, sliding_window: int | None = None) -> PreTrainedModel:
+    torch.manual_seed(seed)
+    config = MistralConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        sliding_window=sliding_window,
+        initializer_range=0.3,
+    )
+    return MistralForCausalLM(config).eval()
 
 
 def word_tokenizer(eos_token_id: int) -> PreTrainedTokenizerFast:

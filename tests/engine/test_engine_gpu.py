@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import PreTrainedModel, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from agentrl.engine import FinishReason, SamplingParams, TransformersEngine
 from agentrl.engine.builtin.engine import CUDA_DECODE_LOOKAHEAD
@@ -39,6 +39,21 @@ def qwen2_5_0_5b_shaped(dtype: torch.dtype) -> Qwen2ForCausalLM:
         return Qwen2ForCausalLM(config).to(dtype).eval()
 
 
+def qwen3_0_6b_shaped(dtype: torch.dtype) -> Qwen3ForCausalLM:
+    """Qwen3-0.6B's shape: QK-norm, 16 heads of 128 (2,048 features from a hidden size of 1,024)."""
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+        rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, initializer_range=0.1,
+    )  # fmt: skip
+    with torch.device("cuda"):
+        return Qwen3ForCausalLM(config).to(dtype).eval()
+
+
+SHAPED = [qwen2_5_0_5b_shaped, qwen3_0_6b_shaped]
+
+
 async def test_on_gpu_float32_logprobs_equal_a_full_forward_pass():
     model = tiny_qwen2()
     params = SamplingParams(max_new_tokens=10, temperature=0.7, seed=3)
@@ -58,13 +73,14 @@ async def test_on_gpu_requests_joining_mid_flight_get_the_same_tokens_as_alone()
     assert_same_generations(batched, alone)
 
 
-async def sampled_logprob_errors(model: Qwen2ForCausalLM) -> list[float]:
+async def sampled_logprob_errors(model: PreTrainedModel) -> list[float]:
     """|engine logprob - full-forward logprob| over 16 concurrent sampled requests of varied length."""
     prompts = [[(7 * i + 13 * j) % 151936 for j in range(20 + 11 * i)] for i in range(16)]
     params = [
         SamplingParams(max_new_tokens=24, temperature=1.0, top_p=0.95, top_k=50, seed=i) for i in range(16)
     ]
     async with TransformersEngine(model, [], EngineConfig(device="cuda", max_prefill_tokens=2048)) as engine:
+        assert engine.runner.fused_decoder is not None  # every shaped model here runs the fused forward
         generations = await asyncio.gather(
             *[engine.generate(p, s) for p, s in zip(prompts, params, strict=True)]
         )
@@ -79,13 +95,15 @@ async def sampled_logprob_errors(model: Qwen2ForCausalLM) -> list[float]:
     return errors
 
 
-async def test_a_qwen2_5_0_5b_shaped_float32_model_matches_a_full_forward_pass():
-    errors = await sampled_logprob_errors(qwen2_5_0_5b_shaped(torch.float32))
+@pytest.mark.parametrize("make_model", SHAPED)
+async def test_a_real_shaped_float32_model_matches_a_full_forward_pass(make_model):
+    errors = await sampled_logprob_errors(make_model(torch.float32))
     assert max(errors) < 1e-3
 
 
-async def test_a_qwen2_5_0_5b_shaped_bf16_model_stays_within_bf16_rounding_of_a_full_forward_pass():
-    errors = await sampled_logprob_errors(qwen2_5_0_5b_shaped(torch.bfloat16))
+@pytest.mark.parametrize("make_model", SHAPED)
+async def test_a_real_shaped_bf16_model_stays_within_bf16_rounding_of_a_full_forward_pass(make_model):
+    errors = await sampled_logprob_errors(make_model(torch.bfloat16))
     assert all(math.isfinite(e) for e in errors)
     # Measured: bf16 rounding alone gives a mean of about 0.12 nats (CPU and H200 alike), while
     # reading logits one position off gives about 3 nats; a cache or position bug lands far above 0.5.

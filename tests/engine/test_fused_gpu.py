@@ -15,7 +15,7 @@ from agentrl.engine.builtin.runner.packed_prefill import PackedPrefill
 from agentrl.engine.builtin.runner.sampling import inverse_cdf_sample
 from agentrl.engine.builtin.runner.step_inputs import PrefillRows
 from agentrl.engine.config import EngineConfig
-from tests.engine.conftest import VOCAB_SIZE, tiny_llama, tiny_qwen2
+from tests.engine.conftest import VOCAB_SIZE, tiny_llama, tiny_mistral, tiny_qwen2, tiny_qwen3
 from tests.engine.test_transformers_engine import PROMPTS, assert_same_generations
 
 pytestmark = [
@@ -33,7 +33,7 @@ async def generate_all(model, params, **knobs):
     return first + second
 
 
-@pytest.mark.parametrize("make_model", [tiny_qwen2, tiny_llama])
+@pytest.mark.parametrize("make_model", [tiny_qwen2, tiny_llama, tiny_qwen3, tiny_mistral])
 async def test_the_fused_forward_samples_what_transformers_modules_sample_in_float32(make_model):
     params = [SamplingParams(max_new_tokens=30, temperature=1.0, seed=i) for i in range(len(PROMPTS))]
     fused = await generate_all(make_model(), params)
@@ -41,12 +41,13 @@ async def test_the_fused_forward_samples_what_transformers_modules_sample_in_flo
     assert_same_generations(fused, modules)
 
 
-async def test_a_weight_update_reaches_the_packed_projections():
+@pytest.mark.parametrize("make_model", [tiny_qwen2, tiny_qwen3])  # Qwen3's: its QK-norm weights too
+async def test_a_weight_update_reaches_the_packed_projections(make_model):
     params = [SamplingParams(max_new_tokens=20, temperature=1.0, seed=i) for i in range(len(PROMPTS))]
-    expected = await generate_all(tiny_qwen2(seed=1), params)
-    async with TransformersEngine(tiny_qwen2(seed=0), [], EngineConfig(device="cuda")) as engine:
+    expected = await generate_all(make_model(seed=1), params)
+    async with TransformersEngine(make_model(seed=0), [], EngineConfig(device="cuda")) as engine:
         await engine.update_weights(
-            {k: v.cuda() for k, v in tiny_qwen2(seed=1).state_dict().items()}, version=1
+            {k: v.cuda() for k, v in make_model(seed=1).state_dict().items()}, version=1
         )
         got = await asyncio.gather(*[engine.generate(p, s) for p, s in zip(PROMPTS, params, strict=True)])
     assert_same_generations(got, expected[: len(PROMPTS)])
@@ -108,7 +109,7 @@ def test_a_staged_block_unpacks_on_cuda_as_on_the_host():
         assert on_cuda.sampling.filters and not on_cuda.sampling.all_greedy
 
 
-@pytest.mark.parametrize("make_model", [tiny_qwen2, tiny_llama])
+@pytest.mark.parametrize("make_model", [tiny_qwen2, tiny_llama, tiny_qwen3])
 def test_the_embedding_lookup_normalises_the_first_layers_input_as_the_norm_kernel_does(make_model):
     from agentrl.engine.builtin.kernels.fused_kernels import add_rms_norm, embed_rms_norm
     from agentrl.engine.builtin.model.fused_decoder import FusedDecoder
@@ -231,7 +232,7 @@ def test_prefill_passes_of_any_length_reuse_the_kernels_the_first_pass_compiled(
     assert kernels_compiled_after_a_first_pass(tiny_qwen2(), passes, monkeypatch) == []
 
 
-@pytest.mark.parametrize("make_model", [tiny_qwen2, tiny_llama])
+@pytest.mark.parametrize("make_model", [tiny_qwen2, tiny_llama, tiny_qwen3])
 def test_rotary_looked_up_by_position_is_the_models_own_rotary_embedding(make_model):
     from agentrl.engine.builtin.model.fused_decoder import FusedDecoder
 

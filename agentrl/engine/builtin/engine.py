@@ -13,7 +13,7 @@ that keeps grouped key/value heads unexpanded (`slot_attention`). A prefix cache
 the rest is prefilled: a group's members share their prompt's prefill and a later turn reuses
 the earlier turns'. A request whose prompt shares a block with one admitted in the same pass
 is prefilled in the iteration's next pass, once that block is cached. How a pass runs on the
-device (the engine's own fused forward for Llama and Qwen2 on CUDA, decode steps replayed as
+device (the engine's own fused forward for Llama-like models on CUDA, decode steps replayed as
 captured graphs) is `model_runner`'s part.
 
 Weight updates are fenced by submission order: `update_weights` waits until every request
@@ -75,8 +75,8 @@ class TransformersEngine:
     so that requests arriving one by one (turns ending) share fewer, larger prefill passes;
     `torch_compile`: compile each decoder layer's MLP and RMSNorms (`agentrl.compiled_layers`) for
     the passes transformers' modules run (CPU, models the fused forward does not serve);
-    `fused_forward`: on CUDA, run Llama and Qwen2 models through the engine's own forward pass
-    (`fused_decoder`: nine kernels a layer; its q/k/v and gate/up parameters become views of
+    `fused_forward`: on CUDA, run Llama, Mistral, Qwen2 and Qwen3 models through the engine's own
+    forward pass (`fused_decoder`: nine kernels a layer; its q/k/v and gate/up parameters become views of
     packed matrices). False runs transformers' modules, for comparison;
     `decode_lookahead`: decode steps launched before the host reads a step's tokens: step N is
     read once step N + lookahead is launched, each row of a step fed its previous token straight
@@ -107,12 +107,12 @@ class TransformersEngine:
             raise ValueError(
                 f"TransformersEngine is engine.backend=transformers; got {config.backend} (use build_engine)"
             )
-        check_full_attention(model)
+        self.max_context_len = max_context_len or model.config.max_position_embeddings
+        check_full_attention(model, self.max_context_len)
         self.config = config
         self.device = torch.device(resolve_device(config.device, "engine.device"))
         self.model = model.to(device=self.device, dtype=resolve_dtype(dtype)).eval()
         self.eos_ids = eos_ids(model, tokenizer_or_eos_ids)
-        self.max_context_len = max_context_len or model.config.max_position_embeddings
         decode_lookahead = config.decode_lookahead
         if decode_lookahead is None:
             decode_lookahead = CUDA_DECODE_LOOKAHEAD if self.device.type == "cuda" else 0

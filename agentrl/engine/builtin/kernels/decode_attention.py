@@ -42,7 +42,13 @@ from agentrl.engine.builtin.kernels.dependent_launch import (
     prefetch,
     wait_for_previous,
 )
-from agentrl.engine.builtin.kernels.fused_kernels import rotate_halves
+from agentrl.engine.builtin.kernels.fused_kernels import (
+    HeadNorms,
+    load_halves,
+    norm_arguments,
+    norm_halves,
+    rotate_halves,
+)
 
 BLOCK_KEYS = 64  # keys per inner iteration
 # Split rows until a step launches this many programs, about 2 per SM of the GPUs measured: the
@@ -55,12 +61,13 @@ PREFETCH_BLOCKS = 2  # blocks of keys and values a dependently launched program 
 
 @triton.jit
 def _split_attention(
-    query, keys, values, lengths, partial_out, partial_lse, scale, cos, sin, share_rows, share_lengths,
+    query, keys, values, lengths, partial_out, partial_lse, scale, cos, sin, query_norm, key_norm, norm_eps,
+    share_rows, share_lengths,
     q_row, q_head, k_row, k_head, k_pos, v_row, v_head, v_pos, o_row, o_head, o_split, l_row, l_head, cos_row,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HALF_PAD: tl.constexpr,
     HEAD_PAD: tl.constexpr, BLOCK: tl.constexpr, STORE_LSE: tl.constexpr, ROTARY: tl.constexpr,
-    LENGTH_OFFSET: tl.constexpr, PRECISION: tl.constexpr, PREFETCH_KEYS: tl.constexpr, LINE: tl.constexpr,
-    LINES_PAD: tl.constexpr, DEPENDENT: tl.constexpr, SHARED: tl.constexpr,
+    QK_NORM: tl.constexpr, LENGTH_OFFSET: tl.constexpr, PRECISION: tl.constexpr, PREFETCH_KEYS: tl.constexpr,
+    LINE: tl.constexpr, LINES_PAD: tl.constexpr, DEPENDENT: tl.constexpr, SHARED: tl.constexpr,
 ):  # fmt: skip
     row, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     num_kv_heads = tl.num_programs(1)
@@ -94,6 +101,11 @@ def _split_attention(
     q_start = query + row * q_row + heads[:, None] * q_head + halves[None, :]
     q_first = tl.load(q_start, mask=q_mask, other=0.0)
     q_second = tl.load(q_start + half, mask=q_mask, other=0.0)
+    if QK_NORM:  # each head normalised before rotary (padding heads stay zero)
+        query_weight_first, query_weight_second = load_halves(query_norm, halves, half, in_half)
+        q_first, q_second = norm_halves(
+            q_first, q_second, query_weight_first[None, :], query_weight_second[None, :], norm_eps, HEAD_DIM, 1
+        )  # fmt: skip
     if ROTARY:
         cos_first = tl.load(cos + row * cos_row + halves, mask=in_half, other=0.0).to(tl.float32)
         cos_second = tl.load(cos + row * cos_row + half + halves, mask=in_half, other=0.0).to(tl.float32)
@@ -131,11 +143,16 @@ def _split_attention(
         newest = length - 1
         if (start <= newest) & (newest < start + split_keys):  # this split holds the newest position
             new = query + row * q_row + (num_kv_heads * GROUP + kv_head) * HEAD_DIM  # its key, then its value
+            new_first = tl.load(new + halves, mask=in_half, other=0.0)
+            new_second = tl.load(new + half + halves, mask=in_half, other=0.0)
+            if QK_NORM:
+                key_weight_first, key_weight_second = load_halves(key_norm, halves, half, in_half)
+                new_first, new_second = norm_halves(
+                    new_first, new_second, key_weight_first, key_weight_second, norm_eps, HEAD_DIM, 0
+                )  # fmt: skip
             new_first, new_second = rotate_halves(
-                tl.load(new + halves, mask=in_half, other=0.0),
-                tl.load(new + half + halves, mask=in_half, other=0.0),
-                cos_first, cos_second, sin_first, sin_second,
-            )  # fmt: skip
+                new_first, new_second, cos_first, cos_second, sin_first, sin_second
+            )
             new_value = tl.load(new + num_kv_heads * HEAD_DIM + dims, mask=dims < HEAD_DIM, other=0.0)
             k_target = keys + row * k_row + kv_head * k_head + newest * k_pos + halves
             tl.store(k_target, new_first, mask=in_half)
@@ -235,6 +252,7 @@ def rotate_store_and_attend(
     num_heads: int,
     dependent: bool = False,
     shared: tuple[torch.Tensor, torch.Tensor] | None = None,
+    head_norms: HeadNorms | None = None,
 ) -> torch.Tensor:
     """`decode_attention` (and its `shared`) straight from the packed q/k/v projection of each row's new token.
 
@@ -245,13 +263,15 @@ def rotate_store_and_attend(
     the lengths no kernel of their own). `dependent`: `qkv` comes from the engine Triton kernel
     just before (`dependent_launch`), and `positions` from an earlier kernel: the programs read
     them, and prefetch their first keys and values, before they wait for the projection.
+    `head_norms`: the queries and the new key are normalised per head before they are rotated.
     """
     head_dim = keys.shape[3]
     assert qkv.stride(1) == 1 and qkv.shape[1] == (num_heads + 2 * keys.shape[1]) * head_dim
     rotary = (cos, sin)
     return _attend(
-        qkv, qkv.stride(0), head_dim, num_heads, keys, values, positions, scale, rotary, dependent, shared
-    )
+        qkv, qkv.stride(0), head_dim, num_heads, keys, values, positions, scale, rotary, dependent, shared,
+        head_norms,
+    )  # fmt: skip
 
 
 def _attend(
@@ -266,13 +286,16 @@ def _attend(
     rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
     dependent: bool = False,
     shared: tuple[torch.Tensor, torch.Tensor] | None = None,
+    head_norms: HeadNorms | None = None,
 ) -> torch.Tensor:
     """With `rotary`, `lengths` holds each row's new position, one less than its length."""
+    assert head_norms is None or rotary is not None
     num_rows = query.shape[0]
     length_offset = 1 if rotary is not None else 0
     num_kv_heads, capacity, head_dim = keys.shape[1], keys.shape[2], keys.shape[3]
     cos, sin = rotary if rotary is not None else (query, query)  # unread without rotary
     share_rows, share_lengths = shared if shared is not None else (lengths, lengths)  # unread unshared
+    query_norm, key_norm, norm_eps = norm_arguments(head_norms, query)
     num_splits = num_splits_for(num_rows, num_kv_heads, capacity)
     out = torch.empty((num_rows, num_heads, head_dim), dtype=query.dtype, device=query.device)
     if num_splits == 1:  # each program's result is final: written straight to the output
@@ -284,15 +307,16 @@ def _attend(
         partial_lse = torch.empty((num_rows, num_heads, num_splits), dtype=torch.float32, device=query.device)
     group = num_heads // num_kv_heads
     _split_attention[(num_rows, num_kv_heads, num_splits)](
-        query, keys, values, lengths, partial_out, partial_lse, scale, cos, sin, share_rows, share_lengths,
-        query_row, query_head, keys.stride(0), keys.stride(1), keys.stride(2),
+        query, keys, values, lengths, partial_out, partial_lse, scale, cos, sin, query_norm, key_norm, norm_eps,
+        share_rows, share_lengths, query_row, query_head, keys.stride(0), keys.stride(1), keys.stride(2),
         values.stride(0), values.stride(1), values.stride(2),
         partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
         partial_lse.stride(0), partial_lse.stride(1), cos.stride(0),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         HALF_PAD=max(16, triton.next_power_of_2(head_dim // 2)),
         HEAD_PAD=max(16, triton.next_power_of_2(head_dim)), BLOCK=BLOCK_KEYS,
-        STORE_LSE=num_splits > 1, ROTARY=rotary is not None, LENGTH_OFFSET=length_offset, num_stages=NUM_STAGES,
+        STORE_LSE=num_splits > 1, ROTARY=rotary is not None, QK_NORM=head_norms is not None,
+        LENGTH_OFFSET=length_offset, num_stages=NUM_STAGES,
         PREFETCH_KEYS=PREFETCH_BLOCKS * BLOCK_KEYS, **line_options(head_dim, keys),
         num_warps=num_warps_for(head_dim, num_splits), SHARED=shared is not None,
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",  # float32 stays exact; bf16 ignores it

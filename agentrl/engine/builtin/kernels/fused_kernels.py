@@ -1,5 +1,8 @@
 """Inference stage, fused decoder-layer kernels on CUDA: RMSNorm (also over split-K partials), rotary + KV store, gated MLP.
 
+Rotary comes with the per-head RMSNorm of queries and keys where the model has one (QK-norm,
+`HeadNorms`): the norm reads the head the rotary kernel already holds in registers.
+
 Eager, a decoder layer runs each of these as a chain of elementwise passes (RMSNorm alone is
 six); in a decode step of a small model those launches, not the bytes they move, set the time.
 Each function here is one Triton kernel and rounds as the eager modules do: values that eager
@@ -9,6 +12,8 @@ Triton is imported only by the engine's CUDA kernel modules, and those only on C
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -141,12 +146,45 @@ def rotate_halves(first, second, cos_first, cos_second, sin_first, sin_second):
     return rotated_first.to(first.dtype), rotated_second.to(first.dtype)
 
 
+@dataclass(frozen=True)
+class HeadNorms:
+    """One layer's QK-norm: an RMSNorm over each query head and each key head, before rotary."""
+
+    query: torch.Tensor  # [head_dim]: the norm's weight for queries
+    key: torch.Tensor  # [head_dim]: for keys
+    eps: float
+
+
+@triton.jit
+def load_halves(weight, halves, half, in_half):
+    """The two halves of a norm weight [head_dim] in float32, each [HALF_PAD] (zeros past the half)."""
+    first = tl.load(weight + halves, mask=in_half, other=0.0).to(tl.float32)
+    second = tl.load(weight + half + halves, mask=in_half, other=0.0).to(tl.float32)
+    return first, second
+
+
+@triton.jit
+def norm_halves(first, second, weight_first, weight_second, eps, HEAD_DIM: tl.constexpr, AXIS: tl.constexpr):
+    """RMSNorm of heads held as their two halves along `AXIS` (zeros past each half), times the weight's halves.
+
+    Rounded as the model's RMSNorm rounds: normalised in float32, rounded to the heads' dtype, then
+    multiplied by the weight and rounded again. Zero padding adds nothing to the sums of squares.
+    """
+    first32, second32 = first.to(tl.float32), second.to(tl.float32)
+    squares = tl.sum(first32 * first32, axis=AXIS, keep_dims=True)
+    squares += tl.sum(second32 * second32, axis=AXIS, keep_dims=True)
+    inverse_rms = 1.0 / tl.sqrt(squares / HEAD_DIM + eps)
+    normed_first = (first32 * inverse_rms).to(first.dtype).to(tl.float32) * weight_first
+    normed_second = (second32 * inverse_rms).to(first.dtype).to(tl.float32) * weight_second
+    return normed_first.to(first.dtype), normed_second.to(first.dtype)
+
+
 @triton.jit
 def _rotary_store(
-    qkv, cos, sin, query_out, keys, values, token_slots, token_positions, num_tokens,
-    qkv_row, cos_row, k_slot, k_head, k_pos, v_slot, v_head, v_pos,
+    qkv, cos, sin, query_norm, key_norm, norm_eps, query_out, keys, values, token_slots, token_positions,
+    num_tokens, qkv_row, cos_row, k_slot, k_head, k_pos, v_slot, v_head, v_pos,
     NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, HALF_PAD: tl.constexpr,
-    BLOCK_TOKENS: tl.constexpr,
+    BLOCK_TOKENS: tl.constexpr, QK_NORM: tl.constexpr,
 ):  # fmt: skip
     # One program per block of tokens, every head: cos/sin are read once, and a prefill of thousands
     # of tokens is a few hundred programs, not one per (token, head).
@@ -160,12 +198,17 @@ def _rotary_store(
     sin_first = tl.load(sin + angle, mask=mask, other=0.0).to(tl.float32)
     sin_second = tl.load(sin + angle + half, mask=mask, other=0.0).to(tl.float32)
     rows = qkv + tokens[:, None] * qkv_row + dims[None, :]
+    if QK_NORM:
+        query_weight_first, query_weight_second = load_halves(query_norm, dims, half, dims < half)
+        key_weight_first, key_weight_second = load_halves(key_norm, dims, half, dims < half)
     for head in tl.static_range(NUM_HEADS):
-        first, second = rotate_halves(
-            tl.load(rows + head * HEAD_DIM, mask=mask, other=0.0),
-            tl.load(rows + head * HEAD_DIM + half, mask=mask, other=0.0),
-            cos_first, cos_second, sin_first, sin_second,
-        )  # fmt: skip
+        first = tl.load(rows + head * HEAD_DIM, mask=mask, other=0.0)
+        second = tl.load(rows + head * HEAD_DIM + half, mask=mask, other=0.0)
+        if QK_NORM:
+            first, second = norm_halves(
+                first, second, query_weight_first[None, :], query_weight_second[None, :], norm_eps, HEAD_DIM, 1
+            )  # fmt: skip
+        first, second = rotate_halves(first, second, cos_first, cos_second, sin_first, sin_second)
         target = query_out + (tokens[:, None] * NUM_HEADS + head) * HEAD_DIM + dims[None, :]
         tl.store(target, first, mask=mask)
         tl.store(target + half, second, mask=mask)
@@ -174,10 +217,13 @@ def _rotary_store(
     stored = mask & (slots >= 0)[:, None]  # left padding is not stored
     for kv_head in tl.static_range(NUM_KV_HEADS):
         source = rows + (NUM_HEADS + kv_head) * HEAD_DIM
-        first, second = rotate_halves(
-            tl.load(source, mask=mask, other=0.0), tl.load(source + half, mask=mask, other=0.0),
-            cos_first, cos_second, sin_first, sin_second,
-        )  # fmt: skip
+        first = tl.load(source, mask=mask, other=0.0)
+        second = tl.load(source + half, mask=mask, other=0.0)
+        if QK_NORM:
+            first, second = norm_halves(
+                first, second, key_weight_first[None, :], key_weight_second[None, :], norm_eps, HEAD_DIM, 1
+            )  # fmt: skip
+        first, second = rotate_halves(first, second, cos_first, cos_second, sin_first, sin_second)
         key_target = (
             keys + slots[:, None] * k_slot + kv_head * k_head + positions[:, None] * k_pos + dims[None, :]
         )
@@ -200,6 +246,7 @@ def rotary_store(
     token_slots: torch.Tensor,
     token_positions: torch.Tensor,
     num_heads: int,
+    head_norms: HeadNorms | None = None,
 ) -> torch.Tensor:
     """Rotate queries and keys; store keys and values in their slots; return queries [tokens, heads, dim].
 
@@ -207,19 +254,29 @@ def rotary_store(
     [tokens, dim] the model's rotary embedding at each token's position; `keys`/`values`
     [slots, kv_heads, capacity, dim] one layer's slot storage. Token t is stored at
     `(token_slots[t], token_positions[t])`, or not at all where its slot is negative.
+    `head_norms`: queries and keys are normalised per head before they are rotated.
     """
     num_tokens = qkv.shape[0]
     num_kv_heads, head_dim = keys.shape[1], keys.shape[3]
     assert qkv.shape[1] == (num_heads + 2 * num_kv_heads) * head_dim and qkv.stride(1) == 1
     queries = torch.empty((num_tokens, num_heads, head_dim), dtype=qkv.dtype, device=qkv.device)
+    query_norm, key_norm, norm_eps = norm_arguments(head_norms, qkv)
     _rotary_store[(triton.cdiv(num_tokens, ROTARY_TOKENS),)](
-        qkv, cos, sin, queries, keys, values, token_slots, token_positions, num_tokens,
-        qkv.stride(0), cos.stride(0), keys.stride(0), keys.stride(1), keys.stride(2),
+        qkv, cos, sin, query_norm, key_norm, norm_eps, queries, keys, values, token_slots, token_positions,
+        num_tokens, qkv.stride(0), cos.stride(0), keys.stride(0), keys.stride(1), keys.stride(2),
         values.stride(0), values.stride(1), values.stride(2),
         NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim,
-        HALF_PAD=triton.next_power_of_2(head_dim // 2), BLOCK_TOKENS=ROTARY_TOKENS,
+        HALF_PAD=triton.next_power_of_2(head_dim // 2), BLOCK_TOKENS=ROTARY_TOKENS, QK_NORM=head_norms is not None,
     )  # fmt: skip
     return queries
+
+
+def norm_arguments(head_norms: HeadNorms | None, placeholder: torch.Tensor) -> tuple:
+    """(query weight, key weight, eps) for a kernel's QK-norm arguments; unread placeholders without one."""
+    if head_norms is None:
+        return placeholder, placeholder, 0.0
+    assert head_norms.query.is_contiguous() and head_norms.key.is_contiguous()
+    return head_norms.query, head_norms.key, head_norms.eps
 
 
 @triton.jit

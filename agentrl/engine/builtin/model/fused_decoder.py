@@ -21,7 +21,9 @@ The q/k/v and gate/up weights are packed once into one matrix each, and the mode
 parameters become views of it, so a weight update copied into the model's parameters
 (`update_weights`) reaches the packed matrices with no extra step.
 
-Served: Llama and Qwen2 (model_type `llama`, `qwen2`) with SiLU MLPs. Rotary embeddings come from
+Served: the families of `model_setup.FUSED_FAMILIES` (Llama, Mistral, Qwen2, Qwen3) with SiLU MLPs.
+Where a family normalises each query and key head before rotary (Qwen3's QK-norm), the kernels that
+rotate them normalise them first (`HeadNorms`): no kernel of its own. Rotary embeddings come from
 the model's own `rotary_emb` module, so every RoPE variant it supports is applied as it applies it.
 Where cos and sin depend on the position alone (every type but dynamic and LongRoPE scaling, which
 follow the longest position in the batch), that module runs once for every position of the slot
@@ -44,17 +46,18 @@ from transformers import PreTrainedModel
 from agentrl.engine.builtin.cache.slot_cache import SlotKVCache
 from agentrl.engine.builtin.kernels.decode_attention import rotate_store_and_attend
 from agentrl.engine.builtin.kernels.decode_linear import decode_gate_up_silu, decode_linear, runs_in_triton
-from agentrl.engine.builtin.kernels.fused_kernels import add_rms_norm, embed_rms_norm, rotary_store
+from agentrl.engine.builtin.kernels.fused_kernels import HeadNorms, add_rms_norm, embed_rms_norm, rotary_store
 from agentrl.engine.builtin.kernels.prefill_attention import prefill_attention
 from agentrl.engine.builtin.kernels.prefill_gate_up import gate_up_silu
-from agentrl.engine.builtin.model.model_setup import fused_forward_unsupported, pack_linears
+from agentrl.engine.builtin.model.model_setup import FUSED_FAMILIES, fused_forward_unsupported, pack_linears
 from agentrl.engine.builtin.runner.packed_prefill import PackedPrefill
 from agentrl.engine.builtin.runner.step_inputs import StepInputs
 
-Attention = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, bool], Tensor]
-"""(qkv [tokens, (heads + 2 * kv_heads) * dim], cos, sin [tokens, dim], one layer's keys, values
-[slots, kv_heads, capacity, dim], last layer) -> [tokens, heads, dim]: rotary, the key/value store
-and attention; in a prefill pass's last layer, attention of each row's last token alone."""
+Attention = Callable[[Tensor, Tensor, Tensor, "PackedLayer", Tensor, Tensor, bool], Tensor]
+"""(qkv [tokens, (heads + 2 * kv_heads) * dim], cos, sin [tokens, dim], the layer, its keys, values
+[slots, kv_heads, capacity, dim], last layer) -> [tokens, heads, dim]: QK-norm where the layer has
+one, rotary, the key/value store and attention; in a prefill pass's last layer, attention of each
+row's last token alone."""
 
 DOWN_SPLITS = 4  # partial products of a decode step's down projection
 MAX_SPLIT_ROWS = 256  # decode steps of up to this many rows split it (measured faster at 16-256 rows)
@@ -97,6 +100,7 @@ class PackedLayer:
     input_norm: torch.Tensor  # [hidden]
     qkv_weight: torch.Tensor  # [(heads + 2 * kv_heads) * head_dim, hidden]
     qkv_bias: torch.Tensor | None
+    head_norms: HeadNorms | None  # QK-norm, in families that have it
     output_projection: torch.nn.Linear
     post_norm: torch.Tensor  # [hidden]
     gate_up_weight: torch.Tensor  # [2 * intermediate, hidden]
@@ -122,7 +126,8 @@ class FusedDecoder:
         self.num_heads = model.config.num_attention_heads
         self.scale = attention.scaling
         self.eps = decoder.norm.variance_epsilon
-        self.layers = [self._pack(layer) for layer in decoder.layers]
+        qk_norm = FUSED_FAMILIES[model.config.model_type].qk_norm
+        self.layers = [self._pack(layer, qk_norm) for layer in decoder.layers]
         rope_type = getattr(self.rotary_embedding, "rope_type", None)
         self.rotary_by_position = isinstance(rope_type, str) and rope_type not in ("dynamic", "longrope")
         self._rotary_table = torch.empty(0)  # [positions, 2, head_dim]: cos and sin of each slot position
@@ -135,12 +140,16 @@ class FusedDecoder:
         )
 
     @staticmethod
-    def _pack(layer: torch.nn.Module) -> PackedLayer:
+    def _pack(layer: torch.nn.Module, qk_norm: bool) -> PackedLayer:
         attention, mlp = layer.self_attn, layer.mlp
         qkv_weight, qkv_bias = pack_linears([attention.q_proj, attention.k_proj, attention.v_proj])
         gate_up_weight, gate_up_bias = pack_linears([mlp.gate_proj, mlp.up_proj])
+        head_norms = None
+        if qk_norm:
+            query_norm, key_norm = attention.q_norm, attention.k_norm
+            head_norms = HeadNorms(query_norm.weight, key_norm.weight, query_norm.variance_epsilon)
         return PackedLayer(
-            layer.input_layernorm.weight, qkv_weight, qkv_bias, attention.o_proj,
+            layer.input_layernorm.weight, qkv_weight, qkv_bias, head_norms, attention.o_proj,
             layer.post_attention_layernorm.weight, gate_up_weight, gate_up_bias, mlp.down_proj,
         )  # fmt: skip
 
@@ -151,7 +160,15 @@ class FusedDecoder:
         columns = slice(0, inputs.key_length)  # a graph's: all of the storage (rows read their own keys)
         qkv_in_triton = runs_in_triton(rows.stop, self.layers[0].qkv_weight)  # else cuBLAS ran it
 
-        def attend(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor, last: bool) -> Tensor:
+        def attend(
+            qkv: Tensor,
+            cos: Tensor,
+            sin: Tensor,
+            layer: PackedLayer,
+            keys: Tensor,
+            values: Tensor,
+            last: bool,
+        ) -> Tensor:
             keys, values = keys[rows, :, columns], values[rows, :, columns]
             return rotate_store_and_attend(
                 qkv,
@@ -164,6 +181,7 @@ class FusedDecoder:
                 self.num_heads,
                 dependent=qkv_in_triton,
                 shared=inputs.shared,
+                head_norms=layer.head_norms,
             )
 
         down_splits = DOWN_SPLITS if self.split_down and rows.stop <= MAX_SPLIT_ROWS else 1
@@ -188,8 +206,18 @@ class FusedDecoder:
             [last_slots, last_tokens, (last_slots >= 0).long(), positions[last_tokens]], 1
         )
 
-        def attend(qkv: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor, last: bool) -> Tensor:
-            queries = rotary_store(qkv, cos, sin, keys, values, slots, positions, self.num_heads)
+        def attend(
+            qkv: Tensor,
+            cos: Tensor,
+            sin: Tensor,
+            layer: PackedLayer,
+            keys: Tensor,
+            values: Tensor,
+            last: bool,
+        ) -> Tensor:
+            queries = rotary_store(
+                qkv, cos, sin, keys, values, slots, positions, self.num_heads, layer.head_norms
+            )
             return prefill_attention(queries, keys, values, last_tiles if last else packed.tiles, self.scale)
 
         hidden, residual = self._layers(
@@ -226,7 +254,7 @@ class FusedDecoder:
                 normed, residual = self._add_norm(hidden, residual, layer.input_norm)
             qkv = project(normed, layer.qkv_weight, layer.qkv_bias)
             last = keep is not None and index == len(self.layers) - 1
-            attended = attend(qkv, cos, sin, storage.keys[index], storage.values[index], last)
+            attended = attend(qkv, cos, sin, layer, storage.keys[index], storage.values[index], last)
             if last:
                 attended, residual = attended[keep], residual[keep]
             output = layer.output_projection

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,25 +24,54 @@ def attention_backends(device: torch.device) -> contextlib.AbstractContextManage
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
-def check_full_attention(model: PreTrainedModel) -> None:
-    """Slots keep every position of every layer, which sliding-window layers would not attend to."""
-    layer_types = getattr(model.config, "layer_types", None) or ["full_attention"]
-    other = sorted(set(layer_types) - {"full_attention"})
+def check_full_attention(model: PreTrainedModel, max_context_len: int) -> None:
+    """Slots keep every position of every layer, which sliding-window layers would not attend to.
+
+    A window of at least `max_context_len` positions covers every key a query can have, so such a
+    layer attends as a full-attention one. A config with a window and no `layer_types` (Mistral's)
+    applies the window to every layer.
+    """
+    config = model.config
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if not layer_types:
+        layer_types = ["sliding_attention" if window is not None else "full_attention"]
+    other = set(layer_types) - {"full_attention"}
+    if window is not None and window >= max_context_len:
+        other.discard("sliding_attention")
     if other:
         raise ValueError(
-            f"model has {other} attention layers; TransformersEngine serves full-attention models only "
-            "(for Qwen2 set use_sliding_window=False)"
+            f"model has {sorted(other)} attention layers (sliding_window={window}); TransformersEngine serves "
+            f"full-attention models only: set the config's sliding_window to null (for Qwen2 and Qwen3, "
+            f"use_sliding_window=False), or serve at most {window} positions (TransformersEngine's max_context_len)"
         )
 
 
-FUSED_MODEL_TYPES = frozenset({"llama", "qwen2"})
+@dataclass(frozen=True)
+class FusedFamily:
+    """What one model family's decoder layer does beyond Llama's, within what `fused_decoder` computes."""
+
+    qk_norm: bool  # an RMSNorm over each query and key head before rotary (`q_norm`, `k_norm`)
+
+
+# Every family here is Llama's layer (pre-norm, rotary on halves, gated SiLU MLP). Biases and an
+# explicit head_dim (num_heads * head_dim != hidden_size) are read from the model itself.
+# Not here: GLM-4 (norms after attention and MLP, rotary on interleaved pairs of half the head),
+# Gemma (norm weights offset by one, GELU), and MoE models (gpt-oss, DeepSeek-V3, Qwen3-MoE),
+# whose expert MLPs the fused kernels do not compute: they run through transformers' modules.
+FUSED_FAMILIES: dict[str, FusedFamily] = {
+    "llama": FusedFamily(qk_norm=False),
+    "mistral": FusedFamily(qk_norm=False),
+    "qwen2": FusedFamily(qk_norm=False),
+    "qwen3": FusedFamily(qk_norm=True),
+}
 
 
 def fused_forward_unsupported(model: PreTrainedModel) -> str | None:
     """Why the engine's fused forward (`fused_decoder`) cannot run `model`, or None when it can."""
     config = model.config
-    if config.model_type not in FUSED_MODEL_TYPES:
-        return f"model_type {config.model_type!r} is not one of {sorted(FUSED_MODEL_TYPES)}"
+    if config.model_type not in FUSED_FAMILIES:
+        return f"model_type {config.model_type!r} is not one of {sorted(FUSED_FAMILIES)}"
     if getattr(config, "hidden_act", None) != "silu":
         return f"hidden_act {getattr(config, 'hidden_act', None)!r} is not 'silu'"
     return None

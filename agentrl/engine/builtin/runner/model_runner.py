@@ -1,8 +1,8 @@
 """Inference stage, device side: the served model's forward passes over the engine's slot storage.
 
 The scheduler decides which rows a pass computes; this module decides how it runs. On CUDA,
-Llama and Qwen2 models go through the engine's own fused forward (`fused_decoder`); any other
-model, and every model on CPU, through transformers' modules with attention routed to the slots
+Llama-like models (`model_setup.FUSED_FAMILIES`) go through the engine's own fused forward
+(`fused_decoder`); any other model, and every model on CPU, through transformers' modules with attention routed to the slots
 (`slot_attention`). A decode step takes its inputs as one staged block (`decode_batch`), gathers
 its input ids on the device from the previous step's samples, and samples its own tokens; on
 CUDA it replays as a captured graph (`decode_graphs`), and so do the fused forward's prefill
