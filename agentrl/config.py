@@ -13,7 +13,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentrl.algorithms.config import AlgorithmConfig
-from agentrl.data import DataConfig
+from agentrl.data import DataConfig, DataSource
 from agentrl.engine.config import EngineConfig, ModelConfig
 from agentrl.env.config import EnvConfig
 from agentrl.launchers.config import RayConfig
@@ -23,6 +23,13 @@ from agentrl.trainer.actor_config import ActorConfig
 from agentrl.trainer.config import TrainerConfig
 
 __all__ = ["Config"]
+
+_ENV_DEFAULTS = {
+    name: field.get_default(call_default_factory=True) for name, field in EnvConfig.model_fields.items()
+}
+_DATA_DEFAULTS = {
+    name: field.get_default(call_default_factory=True) for name, field in DataSource.model_fields.items()
+}
 
 
 class Config(BaseModel):
@@ -51,6 +58,25 @@ class Config(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _rows_have_one_source(self) -> Config:
+        if not self.env.mixture:
+            self.data.check_has_a_source()
+            return self
+        # Compared with the defaults, not "was it set": a dumped config.yaml holds every key.
+        ignored = [f"env.{key}" for key in ("id", "kwargs") if getattr(self.env, key) != _ENV_DEFAULTS[key]]
+        ignored += [
+            f"data.{key}" for key in DataSource.model_fields if getattr(self.data, key) != _DATA_DEFAULTS[key]
+        ]
+        if ignored:
+            raise ValueError(
+                f"{ignored[0]} is set but env.mixture names the envs, and each brings its own rows; set it "
+                f"per env (env.mixture.<name>.{ignored[0].removeprefix('env.')})"
+            )
+        for name, entry in self.env.mixture.items():
+            entry.data.check_has_a_source(f"env.mixture.{name}.data")
+        return self
+
+    @model_validator(mode="after")
     def _groups_have_a_baseline(self) -> Config:
         if self.rollout.n < 2:
             raise ValueError(
@@ -61,11 +87,29 @@ class Config(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _overlong_buffer_fits(self) -> Config:
+        buffer = self.reward.overlong_buffer
+        rollout = self.rollout
+        buffer.check(buffer.resolved_max_resp_len(rollout.max_turns, rollout.max_new_tokens_per_turn))
+        return self
+
+    @model_validator(mode="after")
     def _async_needs_a_plain_batch(self) -> Config:
         if self.rollout.mode == "async" and self.algorithm.filter_groups.enable:
             raise ValueError(
                 "rollout.mode=async with algorithm.filter_groups.enable=true: dynamic sampling decides how many "
                 "rounds a step needs only after seeing its rewards, so it cannot be generated ahead; use one"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _distributed_sync_needs_servers(self) -> Config:
+        split = self.trainer.launcher == "ray" and self.ray.placement == "split"
+        if self.engine.weight_sync == "distributed" and self.engine.backend != "sglang" and not split:
+            raise ValueError(
+                "engine.weight_sync=distributed broadcasts the weights to engine servers, but this run's engine "
+                "is in process (it takes the trainer's tensors directly); use engine=sglang, or "
+                "trainer.launcher=ray with ray.placement=split, or leave engine.weight_sync=disk"
             )
         return self
 
@@ -86,5 +130,5 @@ class Config(BaseModel):
 
     def warnings(self) -> list[str]:
         """Settings that are valid but probably not what the user wants."""
-        truncation = self.rollout.truncation_warning()
-        return [truncation] if truncation else []
+        warnings = [self.rollout.truncation_warning(), self.engine.seed_warning()]
+        return [warning for warning in warnings if warning]

@@ -26,8 +26,8 @@ SUPPORTED_SUFFIXES = (".parquet", ".jsonl")
 MESSAGES_EXPECTED = 'a non-empty list of {"role", "content"} messages'
 
 
-class DataConfig(BaseModel):
-    """Where the training and held-out rows come from, and how many prompts one step takes."""
+class DataSource(BaseModel):
+    """Where rows come from: files in verl's layout, or a generator function."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -48,19 +48,34 @@ class DataConfig(BaseModel):
     val_size: int = Field(
         200, gt=0, description="held-out rows: generated, or split off train_files when no val_files"
     )
-    train_batch_size: int = Field(16, gt=0, description="prompts (groups) per training step")
-    shuffle: bool = Field(True, description="reshuffle training rows every epoch")
+
+    @property
+    def has_a_source(self) -> bool:
+        return bool(self.train_files) or self.generator is not None
 
     @model_validator(mode="after")
-    def _has_a_source(self) -> DataConfig:
-        if not self.train_files and self.generator is None:
-            raise ValueError("set data.train_files=[...] or data.generator=module:function")
+    def _one_source(self) -> DataSource:
         if self.train_files and self.generator is not None:
             raise ValueError(
                 "data.train_files and data.generator are both set; choose one (data.generator=null "
                 "to train on the files)"
             )
         return self
+
+    def check_has_a_source(self, prefix: str = "data") -> None:
+        """ValueError naming the keys to set when neither files nor a generator are given."""
+        if not self.has_a_source:
+            raise ValueError(f"set {prefix}.train_files=[...] or {prefix}.generator=module:function")
+
+
+class DataConfig(DataSource):
+    """Where the training and held-out rows come from, and how many prompts one step takes.
+
+    With `env.mixture`, each env brings its own sources and these stay unset.
+    """
+
+    train_batch_size: int = Field(16, gt=0, description="prompts (groups) per training step")
+    shuffle: bool = Field(True, description="reshuffle training rows every epoch")
 
 
 def load_rows(path: str | Path) -> list[dict[str, Any]]:

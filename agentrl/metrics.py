@@ -45,13 +45,19 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[st
         "frac_reward_zero_std": (
             sum(len(set(g)) == 1 for g in groups.values()) / len(groups) if groups else 0.0
         ),
-        **_summary("response_length", [float(sum(t.loss_mask)) for t in valid]),
+        **_summary("response_length", [float(sum(sum(s.loss_mask) for s in t.samples())) for t in valid]),
         **_summary("num_turns", [float(len(t.turns)) for t in valid]),
         "rollout/num_trajectories": float(len(trajectories)),
+        # rollout.trajectory_mode=single only: episodes that trained tokens differing from the render.
         "rollout/template_mismatch_frac": (
             sum(t.num_template_mismatches > 0 for t in trajectories) / len(trajectories)
             if trajectories
             else 0.0
+        ),
+        # Episodes whose history was rewritten train as several samples (agentrl.rollout.episode).
+        "rollout/samples_per_episode": (statistics.fmean(len(t.samples()) for t in valid) if valid else 0.0),
+        "rollout/split_episode_fraction": (
+            sum(bool(t.earlier_segments) for t in valid) / len(valid) if valid else 0.0
         ),
     }
     metrics.update(_accuracy(valid))

@@ -35,6 +35,13 @@ scored token for the head. It is given against the datasheet bf16 peak (`--peak-
 against a bf16 matmul measured in the same run.
 
 GPU:  python benchmarks/trainer_throughput.py --shapes qwen2.5-0.5b qwen2.5-1.5b [--varied-lengths] [--profile]
+
+Under torchrun every rank runs the same variants as one FSDP2 group, each updating its share of
+the batch; rank 0 prints tokens/s of the whole group and MFU per GPU. One rank against two on
+one host (`--variants` keeps the comparison to the presets' variant):
+
+    python benchmarks/trainer_throughput.py --shapes qwen2.5-1.5b --variants checkpointing
+    torchrun --nproc_per_node=2 benchmarks/trainer_throughput.py --shapes qwen2.5-1.5b --variants checkpointing
 CPU:  python benchmarks/trainer_throughput.py --shapes tiny --device cpu --dtype float32 \\
           --num-sequences 4 --sequence-length 64 --prompt-tokens 16 --micro-batch 2
 """
@@ -43,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -179,6 +187,7 @@ def random_batch(args: argparse.Namespace, vocab_size: int, seed: int = 0) -> Tr
         advantages=advantages * loss_mask,
         rollout_logprobs=torch.zeros(shape),
         group_ids=torch.arange(args.num_sequences),
+        episode_ids=torch.arange(args.num_sequences),
     )
 
 
@@ -286,13 +295,16 @@ def _alloc_retries(device: torch.device) -> int:
 
 
 def benchmark_shape(args: argparse.Namespace, shape: str, device: torch.device, matmul_tflops: float) -> None:
-    variants = [
-        Variant("previous: full logits, padded", PREVIOUS_MICRO_BATCH[shape], False, False),
-        Variant("chunked head, packed", CHUNKED_MICRO_BATCH[shape], True, False),
-        Variant("chunked head, packed, checkpointing", args.micro_batch, True, True),
-        Variant("chunked head, packed, compiled", COMPILED_MICRO_BATCH[shape], True, False, True),
-        Variant("chunked head, packed, checkpointing, compiled", args.micro_batch, True, True, True),
-    ]
+    every_variant = {
+        "previous": Variant("previous: full logits, padded", PREVIOUS_MICRO_BATCH[shape], False, False),
+        "chunked": Variant("chunked head, packed", CHUNKED_MICRO_BATCH[shape], True, False),
+        "checkpointing": Variant("chunked head, packed, checkpointing", args.micro_batch, True, True),
+        "compiled": Variant("chunked head, packed, compiled", COMPILED_MICRO_BATCH[shape], True, False, True),
+        "checkpointing-compiled": Variant(
+            "chunked head, packed, checkpointing, compiled", args.micro_batch, True, True, True
+        ),
+    }
+    variants = [every_variant[key] for key in args.variants]
     with tempfile.TemporaryDirectory() as directory:
         config = write_random_model(shape, Path(directory), device, args.sequence_length)
         num_warmup = args.warmup
@@ -307,18 +319,20 @@ def benchmark_shape(args: argparse.Namespace, shape: str, device: torch.device, 
             run_variant(args, Path(directory), variant, batches, num_warmup, flops, device)
             for variant in variants
         ]
+    if not is_main_rank():
+        return
     timed = batches[num_warmup:]
     flops_per_token = sum(flops[num_warmup:]) / sum(float(batch.attention_mask.sum()) for batch in timed)
     lengths = "varied lengths up to" if args.varied_lengths else "x"
     print(
         f"\n{shape}: {args.num_sequences} {lengths} {args.sequence_length} tokens ({args.prompt_tokens} prompt), "
-        f"{args.dtype}, {flops_per_token / 1e9:.2f} GFLOP per token"
+        f"{args.dtype}, {flops_per_token / 1e9:.2f} GFLOP per token, {world_size()} rank(s)"
     )
     print(
         f"{'variant':47} {'micro':>5} {'tokens/s':>10} {'MFU':>6} {'of matmul':>9} {'peak GiB':>8} {'vs previous':>11}"
         f" {'compiling updates':>17} {'alloc retries':>13}"
     )
-    previous = results[0].tokens_per_s
+    previous = results[0].tokens_per_s if args.variants[0] == "previous" else None
     for result in results:
         variant = result.variant
         if result.tokens_per_s is None or result.flops_per_s is None:
@@ -329,7 +343,7 @@ def benchmark_shape(args: argparse.Namespace, shape: str, device: torch.device, 
             )
             print(f"{variant.name:47} {variant.micro_batch_size:>5} {why:>10}")
             continue
-        achieved = result.flops_per_s / 1e12  # TFLOP/s
+        achieved = result.flops_per_s / 1e12 / world_size()  # TFLOP/s per GPU
         ratio = f"{result.tokens_per_s / previous:.2f}x" if previous else "-"
         peak = f"{result.peak_gib:.1f}" if result.peak_gib is not None else "-"
         print(
@@ -341,6 +355,15 @@ def benchmark_shape(args: argparse.Namespace, shape: str, device: torch.device, 
         if result.profile is not None:
             print(f"\n{shape}, {result.variant.name}, one more update ({args.num_sequences} sequences):")
             print(format_profile(result.profile))
+
+
+def world_size() -> int:
+    """Ranks of the FSDP2 group: torchrun's WORLD_SIZE, else 1."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main_rank() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def main() -> None:
@@ -357,6 +380,13 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=256)
     parser.add_argument(
         "--micro-batch", type=int, default=16, help="of the checkpointing variant (the presets')"
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=["previous", "chunked", "checkpointing", "compiled", "checkpointing-compiled"],
+        choices=["previous", "chunked", "checkpointing", "compiled", "checkpointing-compiled"],
+        help="which variants to run, in this order (ratios are to 'previous' when it comes first)",
     )
     parser.add_argument("--warmup", type=int, default=5, help="untimed updates first (module doc)")
     parser.add_argument("--steps", type=int, default=4, help="timed updates after the warm-up")
@@ -382,11 +412,14 @@ def main() -> None:
     if not 0 < args.prompt_tokens < args.sequence_length:
         raise ValueError(f"--prompt-tokens must be in (0, {args.sequence_length}), got {args.prompt_tokens}")
     device = torch.device(args.device)
+    if device.type == "cuda" and device.index is None:  # under torchrun, each rank its own card
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     matmul = measured_matmul_tflops(device, DTYPES[args.dtype], 8192 if device.type == "cuda" else 512)
-    print(
-        f"device: {name}; peak {args.peak_tflops:.0f} TFLOP/s (datasheet); measured matmul {matmul:.0f} TFLOP/s"
-    )
+    if is_main_rank():
+        print(
+            f"device: {name}; peak {args.peak_tflops:.0f} TFLOP/s (datasheet); measured matmul {matmul:.0f} TFLOP/s"
+        )
     for shape in args.shapes:
         benchmark_shape(args, shape, device, matmul)
 

@@ -77,9 +77,28 @@ class AlgorithmConfig(BaseModel):
     norm_adv_by_std_in_grpo: bool = Field(
         True, description="Divide GRPO advantages by the group std; False gives Dr.GRPO."
     )
+    adv_granularity: Literal["episode", "turn"] = Field(
+        "episode",
+        description=(
+            "episode: every sampled token gets its episode's advantage; turn: each turn's tokens get the "
+            "advantage of its discounted return-to-go among the group's turns at the same depth"
+        ),
+    )
+    turn_discount: float = Field(
+        1.0, ge=0.0, le=1.0, description="gamma of the per-turn return-to-go (adv_granularity=turn only)"
+    )
     filter_groups: FilterGroupsConfig = Field(
         default_factory=FilterGroupsConfig, description="DAPO dynamic sampling."
     )
     rollout_correction: RolloutCorrectionConfig = Field(
         default_factory=RolloutCorrectionConfig, description="TIS / MIS for the engine-trainer gap."
     )
+
+    @model_validator(mode="after")
+    def _discount_needs_turn_credit(self) -> AlgorithmConfig:
+        if self.turn_discount != 1.0 and self.adv_granularity == "episode":
+            raise ValueError(
+                f"algorithm.turn_discount={self.turn_discount} discounts per-turn returns, which "
+                "algorithm.adv_granularity=episode does not use; set algorithm.adv_granularity=turn"
+            )
+        return self

@@ -1,8 +1,10 @@
-"""`python -m agentrl.check_template MODEL_PATH [--tools]`: pre-flight a tokenizer's chat template.
+"""`python -m agentrl.check_template MODEL_PATH [--tools] [--renderer NAME]`: how a model will train.
 
-Loads only the tokenizer and the generation config (no weights), prints a short report and
-exits 1 on any violation, 2 when the model path has no usable tokenizer or template. Tool calls
-are checked whenever the template renders tools, and with `--tools` even when it does not.
+Loads only the tokenizer and the generation config (no weights), prints a short report (the
+model family, whether its template appends or rewrites history, the training mode) and exits 1
+on any violation (a template that cannot train), 2 when the model path has no usable tokenizer
+or template. Tool calls are checked whenever the template renders tools, and with `--tools`
+even when it does not.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from transformers import GenerationConfig
 from agentrl.check_template.checks import CheckedEpisode, TemplateReport, check_template, renders_tools
 from agentrl.check_template.conversations import conversations
 from agentrl.model_path import load_tokenizer, resolve_model_path
-from agentrl.rollout.chat_template import ChatTemplate
+from agentrl.renderers import AUTO, RENDERER_NAMES, build_renderer, detect_family
+from agentrl.renderers.base import Renderer
 
 
 def stop_token_ids(model_path: str, tokenizer) -> set[int]:
@@ -29,7 +32,7 @@ def stop_token_ids(model_path: str, tokenizer) -> set[int]:
     return {i for i in ids if i is not None}
 
 
-def mask_view(template: ChatTemplate, episode: CheckedEpisode) -> str:
+def mask_view(template: Renderer, episode: CheckedEpisode) -> str:
     """The episode's text with loss-mask-1 spans in [[ ]]."""
     pieces, start = [], 0
     for index in range(1, len(episode.token_ids) + 1):
@@ -40,12 +43,16 @@ def mask_view(template: ChatTemplate, episode: CheckedEpisode) -> str:
     return "".join(pieces)
 
 
-def format_report(template: ChatTemplate, report: TemplateReport) -> str:
+def format_report(template: Renderer, report: TemplateReport) -> str:
     facts = report.facts
     stops = ", ".join(
         f"{i} {template.tokenizer.decode([i], skip_special_tokens=False)!r}" for i in facts.stop_token_ids
     )
     lines = [
+        (
+            f"family: {report.family} (model.renderer=auto detects {detect_family(template.tokenizer)}; "
+            "model.renderer=NAME overrides)"
+        ),
         f"generation prompt: {facts.generation_prompt!r}",
         f"end of assistant turn: {facts.end_of_turn!r} (sampled turns end with token {facts.stop_token_id})",
         f"engine stop tokens: {stops}",
@@ -68,6 +75,20 @@ def format_report(template: ChatTemplate, report: TemplateReport) -> str:
             ]
         )
         lines.append(f"VIOLATION [{violation.check}] {violation.conversation}{where}: {violation.message}")
+    if report.rewrites:
+        lines.append("history: rewrites (a re-render does not extend what was sampled):")
+        for rewrite in report.rewrites:
+            lines.append(
+                f"  {rewrite.conversation} after turn {rewrite.turn}, token {rewrite.token_index}: "
+                f"drops or changes {rewrite.dropped!r}"
+            )
+        lines.append(
+            "training: rollout.trajectory_mode=auto trains these episodes as segments (a new sample "
+            "where the history is rewritten; every sample equals a full render of its context)"
+        )
+    else:
+        lines.append("history: appends (every re-render extends what was sampled)")
+        lines.append("training: rollout.trajectory_mode=auto trains each episode as one sample (single)")
     lines.append("ok: the template keeps every token training relies on" if report.ok else "FAILED")
     return "\n".join(lines)
 
@@ -83,11 +104,17 @@ def main(argv: list[str] | None = None) -> int:
         help="check tool calls and tool results even if the template does not render tools "
         "(they are checked whenever it does)",
     )
+    parser.add_argument(
+        "--renderer",
+        default=AUTO,
+        help=f"the model family's renderer, as model.renderer: {AUTO} (detected) or one of "
+        f"{', '.join(RENDERER_NAMES)}",
+    )
     args = parser.parse_args(argv)
     try:
         model_path = resolve_model_path(args.model_path, setting="model_path")
         tokenizer = load_tokenizer(model_path, setting="model_path")
-        template = ChatTemplate(tokenizer)
+        template = build_renderer(tokenizer, args.renderer)
     except ValueError as exc:
         print(
             f"error: cannot load a tokenizer with a chat template from {args.model_path!r}: {exc}",

@@ -27,7 +27,7 @@ from agentrl.debug.session import DebugSession, EpisodeSetup
 from agentrl.debug.terminal import INTERRUPTED, interact
 from agentrl.engine.factory import build_engine
 from agentrl.model_path import load_tokenizer, resolve_model_path
-from agentrl.rollout.chat_template import ChatTemplate
+from agentrl.renderers import build_renderer
 from agentrl.trainer.components import build_env_factory, load_task_data
 
 
@@ -61,14 +61,14 @@ def replay_config(dump: Path, overrides: list[str]) -> Config:
 
 
 def build_setup(config: Config, row: int | None, seed: int) -> EpisodeSetup:
-    make_env = build_env_factory(config)
     rows = load_task_data(config).train_rows
     index = random.Random(seed).randrange(len(rows)) if row is None else row
     if not 0 <= index < len(rows):
         raise ValueError(f"--row {index} is out of range: the training data has {len(rows)} rows")
     model_path = resolve_model_path(config.model.path)
     tokenizer = load_tokenizer(model_path)
-    template = ChatTemplate(tokenizer)
+    template = build_renderer(tokenizer, config.model.renderer)  # parses as training does
+    make_env = build_env_factory(config, template.parser)
     engine = build_engine(config.model, config.engine, seed=seed)
     facts, _ = template_facts(template, stop_token_ids(model_path, tokenizer))
     return EpisodeSetup(

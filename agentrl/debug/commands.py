@@ -57,15 +57,18 @@ def show_all(session: DebugSession, console: Console) -> None:
     trajectory = episode.trajectory
     console.print(display.prompt_view(template, trajectory, episode.messages, episode.done))
     if trajectory.turns:
-        console.print(
-            display.token_table(
-                template,
-                trajectory.response_ids,
-                trajectory.loss_mask,
-                trajectory.rollout_logprobs,
-                len(trajectory.prompt_ids),
+        for number, sample in enumerate(trajectory.samples()):
+            if number:
+                console.print(f"── new sample: history rewritten ── {len(sample.prompt_ids)} prompt tokens")
+            console.print(
+                display.token_table(
+                    template,
+                    sample.response_ids,
+                    sample.loss_mask,
+                    sample.rollout_logprobs,
+                    len(sample.prompt_ids),
+                )
             )
-        )
         console.print(
             display.budgets_line(trajectory, session.setup.budgets, len(trajectory.turns[-1].completion_ids))
         )

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agentrl.debug.session import Candidate
+from agentrl.parsing.tool_calls import ToolCall
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.rollout.config import Budgets
 from agentrl.rollout.trajectory import Status, Trajectory
@@ -77,20 +78,32 @@ def turn_view(
 ) -> Group:
     """The latest turn: messages so far, the tokens appended since `start` (a response index), results."""
     turn = trajectory.turns[-1] if trajectory.turns else None
-    end = len(trajectory.response_ids)
-    position = len(trajectory.prompt_ids) + start
+    new_sample = turn is not None and turn.starts_new_sample and bool(trajectory.earlier_segments)
+    # A turn that closed its sample has its tokens there; the live sample starts after it.
+    sample = trajectory.earlier_segments[-1] if new_sample else trajectory
+    end = len(sample.response_ids)
+    position = len(sample.prompt_ids) + start
     parts = [
         Text(f"── turn {len(trajectory.turns)} ──", style="bold"),
         messages_view(messages),
         token_table(
             template,
-            trajectory.response_ids[start:end],
-            trajectory.loss_mask[start:end],
-            trajectory.rollout_logprobs[start:end],
+            sample.response_ids[start:end],
+            sample.loss_mask[start:end],
+            sample.rollout_logprobs[start:end],
             position,
         ),
     ]
+    if new_sample:
+        parts.append(
+            Text(
+                f"── new sample: history rewritten ── the next turn is sampled from a full render of the "
+                f"conversation ({len(trajectory.prompt_ids)} prompt tokens)",
+                style="bold magenta",
+            )
+        )
     if turn is not None:
+        parts.append(parsed_reply_view(template, turn.action_text))
         parts.append(
             Text(f"reward: {turn.reward:g} (episode {trajectory.reward:g}), finish: {turn.finish_reason}")
         )
@@ -108,6 +121,21 @@ def turn_view(
         Text(budgets_line(trajectory, budgets, len(turn.completion_ids) if turn else 0)),
     ]
     return Group(*parts)
+
+
+def parsed_reply_view(template: ChatTemplate, text: str) -> Text:
+    """The turn as the model family's renderer parses it (what the env and the rewards read)."""
+    parse = getattr(template, "parse", None)  # a bare ChatTemplate knows no family format
+    if parse is None:
+        return Text("")
+    reply = parse(text)
+    calls = [
+        f"{call.name}({json.dumps(call.arguments)})" if isinstance(call, ToolCall) else f"MALFORMED {call.message}"
+        for call in reply.calls
+    ]
+    lines = [f"parsed ({template.name}): {len(reply.reasoning)} characters of reasoning"]
+    lines += [f"  call: {call}" for call in calls] or ["  no tool calls"]
+    return Text("\n".join(lines))
 
 
 def prompt_view(template: ChatTemplate, trajectory: Trajectory, messages: list[dict], done: bool) -> Group:

@@ -7,6 +7,10 @@ renders the conversation up to and including that turn (the env's opening messag
 then every recorded action text and observation) with `apply_chat_template`, and compares the
 trained tokens up to the end of turn k's sampled tokens with that render.
 
+An episode trained as several samples (its history was rewritten) is checked sample by sample
+(`sample_views`): each sample against the renders of its own turns, from the conversation its
+prompt renders.
+
 Sampled tokens that spell the render's text with another split are the policy's own tokenization
 (the loop never re-tokenizes what the model produced); they are noted, not counted as a mismatch.
 Any other difference is a token training used that a fresh render does not produce: a wrong delta,
@@ -19,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agentrl.rollout.chat_template import ChatTemplate, Message
-from agentrl.rollout.trajectory import Trajectory
+from agentrl.rollout.trajectory import Trajectory, Turn
 
 RESPLIT_WINDOW = 8  # longest token span, on either side, tried when looking for the same text
 
@@ -76,6 +80,33 @@ class _Render:
     whole: bool  # the trained tokens are all of the render (else a prefix: the turn's closing follows)
 
 
+def sample_views(opening: list[Message], trajectory: Trajectory) -> list[tuple[list[Message], Trajectory]]:
+    """Each sample of the episode as a one-sample trajectory of its turns, with the messages its
+    prompt renders (a turn with `starts_new_sample` is the last of its sample)."""
+    groups: list[list[Turn]] = [[]]
+    for turn in trajectory.turns:
+        groups[-1].append(turn)
+        if turn.starts_new_sample:
+            groups.append([])
+    views, messages = [], list(opening)
+    for sample, turns in zip(trajectory.samples(), groups, strict=False):
+        view = Trajectory(
+            group_id=trajectory.group_id,
+            prompt_ids=sample.prompt_ids,
+            response_ids=sample.response_ids,
+            loss_mask=sample.loss_mask,
+            rollout_logprobs=sample.rollout_logprobs,
+            turns=turns,
+        )
+        views.append((messages, view))
+        for turn in turns:
+            history = turn.rewritten_history
+            if history is None:
+                history = [*messages, {"role": "assistant", "content": turn.action_text}]
+            messages = [*history, *turn.observation]
+    return views
+
+
 def check_render(
     template: ChatTemplate, opening: list[Message], tools: list[dict] | None, trajectory: Trajectory
 ) -> RenderCheck:
@@ -83,6 +114,10 @@ def check_render(
 
     Raises ValueError when the turns hold more tokens than the trajectory (a corrupted dump).
     """
+    if trajectory.earlier_segments:
+        raise ValueError(
+            f"the trajectory has {len(trajectory.samples())} samples: check each of sample_views(opening, trajectory)"
+        )
     trained = trajectory.prompt_ids + trajectory.response_ids
     sampled = [0] * len(trajectory.prompt_ids) + trajectory.loss_mask
     spans, renders = _plan(opening, trajectory)

@@ -11,8 +11,9 @@ from rich.console import Console
 
 from agentrl.config import Config
 from agentrl.debug import display
-from agentrl.debug.replay import RenderCheck, check_render
+from agentrl.debug.replay import RenderCheck, check_render, sample_views
 from agentrl.model_path import load_tokenizer, resolve_model_path
+from agentrl.renderers import build_renderer
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.rollout.trajectory import Trajectory
 from agentrl.trainer.components import build_env_factory, load_task_data
@@ -46,29 +47,42 @@ def opening_messages(config: Config, dump: Path, group_id: int) -> tuple[list[di
 def replay(dump: Path, index: int, config: Config, console: Console) -> int:
     """Show the recorded turns, then every token a re-render does not reproduce; 1 if any differ."""
     trajectory = read_record(dump, index)
-    template = ChatTemplate(load_tokenizer(resolve_model_path(config.model.path)))
+    template = build_renderer(load_tokenizer(resolve_model_path(config.model.path)), config.model.renderer)
     opening, tools = opening_messages(config, dump, trajectory.group_id)
     console.print(f"replay {dump} line {index}: group {trajectory.group_id}, {len(trajectory.turns)} turns")
     console.print(display.messages_view(opening))
-    cursor, offset = 0, len(trajectory.prompt_ids)
-    for number, turn in enumerate(trajectory.turns, start=1):
-        end = min(cursor + len(turn.completion_ids) + len(turn.observation_ids), len(trajectory.response_ids))
-        console.print(
-            f"── turn {number} ── reward {turn.reward:g}, finish {turn.finish_reason}", style="bold"
-        )
-        console.print(
-            display.messages_view([{"role": "assistant", "content": turn.action_text}, *turn.observation])
-        )
-        console.print(
-            display.token_table(
-                template,
-                trajectory.response_ids[cursor:end],
-                trajectory.loss_mask[cursor:end],
-                trajectory.rollout_logprobs[cursor:end],
-                offset + cursor,
+    views = sample_views(opening, trajectory)
+    number, failed = 0, False
+    for sample_number, (context, sample) in enumerate(views):
+        if sample_number:
+            console.print(
+                f"── new sample: history rewritten ── sample {sample_number + 1} of {len(views)} starts from "
+                f"a full render ({len(sample.prompt_ids)} tokens); its turns count from 1 in the check below",
+                style="bold magenta",
             )
-        )
-        cursor = end
+        cursor, offset = 0, len(sample.prompt_ids)
+        for turn in sample.turns:
+            number += 1
+            end = min(cursor + len(turn.completion_ids) + len(turn.observation_ids), len(sample.response_ids))
+            console.print(
+                f"── turn {number} ── reward {turn.reward:g}, finish {turn.finish_reason}", style="bold"
+            )
+            console.print(
+                display.messages_view([{"role": "assistant", "content": turn.action_text}, *turn.observation])
+            )
+            console.print(
+                display.token_table(
+                    template,
+                    sample.response_ids[cursor:end],
+                    sample.loss_mask[cursor:end],
+                    sample.rollout_logprobs[cursor:end],
+                    offset + cursor,
+                )
+            )
+            cursor = end
+        check = check_render(template, context, tools, sample)
+        report_check(template, check, console)
+        failed |= check.mismatch is not None
     console.print(
         f"episode reward {trajectory.reward:g}, status {trajectory.status.value}, info {trajectory.info}"
     )
@@ -77,9 +91,7 @@ def replay(dump: Path, index: int, config: Config, console: Console) -> int:
             f"the rollout loop counted {trajectory.num_template_mismatches} template mismatch(es)",
             style="bold red",
         )
-    check = check_render(template, opening, tools, trajectory)
-    report_check(template, check, console)
-    return 0 if check.mismatch is None else 1
+    return 1 if failed else 0
 
 
 def report_check(template: ChatTemplate, check: RenderCheck, console: Console) -> None:

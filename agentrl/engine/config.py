@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agentrl.renderers.names import AUTO, RENDERER_NAMES, check_renderer_name
 from agentrl.run_files import PathSetting
 
 
@@ -16,9 +17,19 @@ class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     path: PathSetting = Field(
-        "tiny", description="HF checkpoint dir or hub id; 'tiny' = the bundled offline policy"
+        "tiny", description="HF checkpoint dir or hub id; 'tiny', 'tiny_think' = bundled offline policies"
     )
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights dtype")
+    renderer: str = Field(
+        AUTO,
+        description="the model family's renderer (chat template kwargs, tool-call parser, stop tokens): "
+        f"auto = detected from the tokenizer's chat template; one of {', '.join(RENDERER_NAMES)}",
+    )
+
+    @field_validator("renderer")
+    @classmethod
+    def _known_renderer(cls, name: str) -> str:
+        return check_renderer_name(name)
 
 
 # Knobs that only one backend reads; setting one for the other backend is an error, not a no-op.
@@ -28,9 +39,10 @@ BUILT_IN_KNOBS = (
 )  # fmt: skip
 _SGLANG_ONLY = (
     "url", "launch", "launch_port", "launch_args", "startup_timeout_s", "request_timeout_s",
-    "max_retries", "max_connections", "weights_dir", "api_key",
+    "max_retries", "max_connections", "weights_dir", "api_key", "deterministic",
 )  # fmt: skip
 _LAUNCH_ONLY = ("launch_port", "launch_args", "startup_timeout_s")
+_DISTRIBUTED_SYNC_ONLY = ("weight_sync_bucket_bytes", "weight_sync_timeout_s")
 
 
 class EngineConfig(BaseModel):
@@ -116,6 +128,42 @@ class EngineConfig(BaseModel):
     api_key: str | None = Field(
         None, description="sglang: sent as 'Authorization: Bearer KEY' (server --api-key)"
     )
+    weight_sync: Literal["disk", "distributed"] = Field(
+        "disk",
+        description="how new weights reach a server (engine=sglang or ray.placement=split): disk = a Hugging Face "
+        "export the server loads (/update_weights_from_disk; needs a path both can read); distributed = "
+        "broadcast over a process group the trainer opens with the servers (/init_weights_update_group, "
+        "/update_weights_from_distributed; NCCL from a GPU trainer, gloo from CPU; needs the servers to reach "
+        "the trainer's address and a free port on it)",
+    )
+    weight_sync_bucket_bytes: int = Field(
+        512 << 20, gt=0, description="weight_sync=distributed: bytes sent per request and broadcast at most"
+    )
+    weight_sync_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="weight_sync=distributed: deadline of each transfer (joining the group, each bucket); past it "
+        "the sync fails with WeightSyncTimeout instead of waiting on a peer that never answers",
+    )
+    deterministic: bool = Field(
+        False,
+        description="sglang: the server honours each request's sampling seed (launch adds "
+        "--enable-deterministic-inference; an attached server must run with it); false: SGLang ignores seeds",
+    )
+
+    def seed_warning(self) -> str | None:
+        """Why sampling seeds will not reproduce a rollout, or None when they will."""
+        if (
+            self.backend != "sglang"
+            or self.deterministic
+            or "--enable-deterministic-inference" in self.launch_args
+        ):
+            return None
+        return (
+            "engine=sglang with engine.deterministic=false: SGLang ignores every request's sampling_seed "
+            "unless it runs with --enable-deterministic-inference, so rollouts cannot be replayed from their "
+            "seeds; set engine.deterministic=true (engine.launch adds the flag; start an attached server with it)"
+        )
 
     def _differs_from_default(self, name: str) -> bool:
         # Compared by value, not by "was it given": a run's dumped config lists every field.
@@ -144,6 +192,10 @@ class EngineConfig(BaseModel):
             unused = [name for name in _LAUNCH_ONLY if self._differs_from_default(name)]
             if unused:
                 raise ValueError(f"engine.{unused[0]} is read only with engine.launch=true")
+        if self.weight_sync == "disk":
+            unused = [name for name in _DISTRIBUTED_SYNC_ONLY if self._differs_from_default(name)]
+            if unused:
+                raise ValueError(f"engine.{unused[0]} is read only with engine.weight_sync=distributed")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError(f"engine.url={self.url!r} must start with http:// or https://")
         return self

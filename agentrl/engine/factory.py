@@ -29,6 +29,7 @@ def build_engine(
         )
     from agentrl.engine.remote.sglang_client import SGLangEngine
     from agentrl.engine.remote.sglang_launcher import LaunchedServer, probe_server
+    from agentrl.engine.remote.weight_sender import DistributedSyncSettings
 
     server = None
     if engine.launch:
@@ -37,6 +38,7 @@ def build_engine(
             port=engine.launch_port,
             dtype=model.dtype,
             seed=seed,
+            deterministic=engine.deterministic,
             extra_args=engine.launch_args,
             startup_timeout_s=engine.startup_timeout_s,
         )
@@ -53,10 +55,12 @@ def build_engine(
     return SGLangEngine(
         url,
         model_path=model_path,
+        dtype=model.dtype,  # the launched server's --dtype; an attached one must match it
         request_timeout_s=engine.request_timeout_s,
         max_retries=engine.max_retries,
         max_connections=engine.max_connections,
         weights_dir=engine.weights_dir,
         api_key=engine.api_key,
         server=server,
+        distributed_sync=DistributedSyncSettings.from_config(engine),
     )

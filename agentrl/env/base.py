@@ -20,6 +20,7 @@ import gymnasium as gym
 
 from agentrl.env.spaces import ChatMessages, Text
 from agentrl.env.threads import run_in_daemon_thread
+from agentrl.parsing.tool_calls import HermesToolCallParser, ToolCallParser
 
 Message = dict[str, Any]  # {"role": str, "content": str, optional "tool_calls"/"name"/...}
 StepResult = tuple[list[Message], float, bool, bool, dict[str, Any]]
@@ -33,11 +34,13 @@ class TextEnv(gym.Env):
     Subclasses implement `reset` and `step` (sync) or `areset` and `astep` (async), or both.
     A sync `reset` starts with `super().reset(seed=seed)`; an async `areset` starts with
     `self.seed_rng(seed)`; either way `self.np_random` is then seeded as Gymnasium expects.
-    `tools` lists OpenAI-style function schemas the chat template renders for the model.
+    `tools` lists OpenAI-style function schemas the chat template renders for the model;
+    `reply_parser` parses the tool calls of the model's replies in its family's format.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
     tools: list[dict[str, Any]] | None = None
+    reply_parser: ToolCallParser = HermesToolCallParser()  # until the framework hands the run's one
     _sync_runner: asyncio.Runner | None = None  # the sync bridge's event loop, from its first call
     _env_loop: Any = None  # the agent loop's env loop its coroutines run on (agentrl.env.calls)
 
@@ -45,6 +48,14 @@ class TextEnv(gym.Env):
         super().__init__()
         self.action_space = Text()
         self.observation_space = ChatMessages()
+
+    def use_reply_parser(self, parser: ToolCallParser) -> None:
+        """Parse the model's replies with `parser` (`self.reply_parser.parse(action)`).
+
+        The framework calls this right after building the env, with the parser of the run's
+        renderer (`agentrl.renderers`), so an env reads tool calls in the format the policy writes.
+        """
+        self.reply_parser = parser
 
     def seed_rng(self, seed: int | None) -> None:
         """Reseed `self.np_random` when `seed` is given, exactly as `gymnasium.Env.reset` does."""

@@ -10,6 +10,10 @@ cannot handle: numbers of any kind in `info` (numpy scalars and bools, 0-d array
 `Decimal`, `Fraction`) become Python `int`/`float`/`bool`, inside lists and dicts too; an `info`
 value that is not plain data (an object, a multi-element array) is dropped with one warning per
 key. Extra fields of a message (`name`, `tool_calls`, ...) must be plain data too.
+
+A step may rewrite the conversation so far (compaction, a summary in place of old turns) by
+returning the new messages as `info["history"]` (`HISTORY_INFO_KEY`): a non-empty list of messages
+that replaces everything before the step's observation, the assistant's last reply included.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from agentrl.env.base import Message, StepResult
 OBSERVATION_ROLES = ("user", "tool", "system")
 DEFAULT_REWARD_BOUND = 1e6  # rollout.reward_bound: far above any real reward, far below float overflow
 MAX_DEPTH = 32  # nesting of lists and dicts in plain data
+HISTORY_INFO_KEY = "history"  # step info key of a rewritten conversation (module docstring)
 
 _dropped_info_keys: set[str] = set()  # warned about once each
 _dropped_info_keys_lock = threading.Lock()
@@ -149,6 +154,11 @@ def check_step_return(value: Any, reward_bound: float = DEFAULT_REWARD_BOUND) ->
     for name, flag in (("terminated", terminated), ("truncated", truncated)):
         if not isinstance(flag, bool | np.bool_):
             raise ValueError(f"step's {name} must be a bool, got {flag!r}")  # noqa: TRY004
+    if isinstance(info, dict) and HISTORY_INFO_KEY in info:
+        where = f"step's info[{HISTORY_INFO_KEY!r}] (the rewritten conversation)"
+        info = {**info, HISTORY_INFO_KEY: check_messages(info[HISTORY_INFO_KEY], where)}
+        if not info[HISTORY_INFO_KEY]:
+            raise ValueError(f"{where} is empty: return the conversation the next turn should see")
     return observation, reward, bool(terminated), bool(truncated), check_info(info, "step's info")
 
 

@@ -66,6 +66,7 @@ def balanced_engine(
     """Rank `rank`'s client of every engine server; rank 0 is the one that loads new weights."""
     from agentrl.engine.remote.balanced_client import BalancedEngine
     from agentrl.engine.remote.sglang_client import SGLangEngine
+    from agentrl.engine.remote.weight_sender import DistributedSyncSettings
     from agentrl.model_path import resolve_model_path
 
     model_path = resolve_model_path(config.model.path)
@@ -74,6 +75,7 @@ def balanced_engine(
         SGLangEngine(
             url,
             model_path=model_path,
+            dtype=config.model.dtype,
             request_timeout_s=defaults.request_timeout_s,
             max_retries=defaults.max_retries,
             max_connections=defaults.max_connections,
@@ -85,8 +87,10 @@ def balanced_engine(
         servers,
         model_path=model_path,
         updates_weights=rank == 0,
+        dtype=config.model.dtype,  # what the engine servers load into
         weights_dir=run_dir / "weight_sync",
         version_timeout_s=defaults.request_timeout_s,
+        distributed_sync=DistributedSyncSettings.from_config(config.engine),
     )
 
 
@@ -103,13 +107,16 @@ class EngineServer:
 
         from agentrl.engine.factory import build_engine
         from agentrl.engine.serve.http_server import ServedEngine, build_app
+        from agentrl.engine.serve.weight_receiver import add_weight_transfer_routes
         from agentrl.model_path import load_tokenizer, resolve_model_path
         from agentrl.trainer.components import DTYPES
 
         model_path, dtype = resolve_model_path(config.model.path), DTYPES[config.model.dtype]
         self.engine = build_engine(config.model, config.engine, seed=config.trainer.seed)
         served = ServedEngine(self.engine, load_tokenizer(model_path), model_path, dtype, api_key=api_key)
-        self.runner = web.AppRunner(build_app(served), access_log=None)
+        app = build_app(served)
+        add_weight_transfer_routes(app)  # engine.weight_sync=distributed
+        self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         host = ray.util.get_node_ip_address()  # reachable from workers on other nodes
         site = web.TCPSite(self.runner, host, 0)

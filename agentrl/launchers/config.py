@@ -30,18 +30,26 @@ class RayConfig(BaseModel):
         "colocated", description="colocated: an engine inside each worker; split: engine actors of their own"
     )
     num_engines: int = Field(1, gt=0, description="split: engine server actors behind the balanced client")
-    num_cpus_per_worker: float = Field(1.0, gt=0, description="CPUs Ray reserves for each policy worker")
+    num_cpus_per_worker: float | None = Field(
+        None,
+        gt=0,
+        description="CPUs Ray reserves for each policy worker; null: 1, or an even share of the cluster's CPUs "
+        "when it has fewer than one per actor",
+    )
     num_gpus_per_worker: float | None = Field(
         None, ge=0, description="GPUs per policy worker; None: 1 when the cluster has GPUs, else 0"
     )
-    num_cpus_per_engine: float = Field(1.0, gt=0, description="split: CPUs Ray reserves for each engine")
+    num_cpus_per_engine: float | None = Field(
+        None, gt=0, description="split: CPUs Ray reserves for each engine; null: as num_cpus_per_worker"
+    )
     num_gpus_per_engine: float | None = Field(
         None, ge=0, description="split: GPUs per engine; None: 1 when the cluster has GPUs, else 0"
     )
     startup_timeout_s: float = Field(
         300.0,
         gt=0,
-        description="wait this long for the cluster to hold every actor, and for engines to serve",
+        description="wait this long for busy resources to free up for every actor, and for engines to serve "
+        "(a cluster that cannot hold the actors at all fails at once)",
     )
 
     @model_validator(mode="after")

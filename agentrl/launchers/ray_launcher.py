@@ -13,14 +13,17 @@ so it rolls out its share of each step's groups and rank 0 writes metrics and ch
   Face export under `<run_dir>/weight_sync`, which is why the run dir must be on a filesystem
   every node can read when the cluster has several machines.
 
-All actors are reserved at once in one placement group, so a cluster too small for the run fails
-after `ray.startup_timeout_s` with what was asked and what the cluster holds, rather than
-starting half of the ranks and hanging in the first collective. If any worker fails, the others
-are stopped at once for the same reason.
+All actors are reserved at once in one placement group, rather than starting half of the ranks
+and hanging in the first collective. CPUs left unset are shared out: one per actor, or an even
+fraction of the cluster's CPUs when it has fewer (two workers and an engine on two cores get 0.6666
+each; Ray's CPUs are bookkeeping, not pinning). A cluster that cannot hold the actors even when
+idle fails at once, naming the settings to lower; one that is only busy is waited for, up to
+`ray.startup_timeout_s`. If any worker fails, the others are stopped at once for the same reason.
 """
 
 from __future__ import annotations
 
+import math
 import secrets
 import shutil
 import sys
@@ -53,21 +56,56 @@ class Placement:
         return [self.worker_bundle] * self.num_workers + [self.engine_bundle] * self.num_engines
 
 
-def plan_placement(config: Config, cluster_has_gpus: bool) -> Placement:
-    """Resources per actor from the `ray` section; an unset GPU count means 1 on a GPU cluster, else 0."""
+RAY_RESOURCE_PRECISION = 10_000  # Ray accounts fractional resources in steps of 1/10000
+
+
+def plan_placement(config: Config, cluster_has_gpus: bool, cluster_cpus: float) -> Placement:
+    """Resources per actor from the `ray` section. An unset GPU count means 1 on a GPU cluster,
+    else 0; an unset CPU count means 1, or an even share of `cluster_cpus` when that is less
+    than one per actor."""
     settings = config.ray
-
-    def bundle(num_cpus: float, num_gpus: float | None) -> dict[str, float]:
-        gpus = (1.0 if cluster_has_gpus else 0.0) if num_gpus is None else num_gpus
-        return {"CPU": num_cpus, **({"GPU": gpus} if gpus else {})}
-
     split = settings.placement == "split"
+    num_engines = settings.num_engines if split else 0
+    num_actors = settings.num_workers + num_engines
+    share = min(1.0, math.floor(cluster_cpus / num_actors * RAY_RESOURCE_PRECISION) / RAY_RESOURCE_PRECISION)
+
+    def bundle(num_cpus: float | None, num_gpus: float | None) -> dict[str, float]:
+        gpus = (1.0 if cluster_has_gpus else 0.0) if num_gpus is None else num_gpus
+        cpus = share if num_cpus is None else num_cpus
+        return {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+
     return Placement(
         worker_bundle=bundle(settings.num_cpus_per_worker, settings.num_gpus_per_worker),
         engine_bundle=bundle(settings.num_cpus_per_engine, settings.num_gpus_per_engine),
         num_workers=settings.num_workers,
-        num_engines=settings.num_engines if split else 0,
+        num_engines=num_engines,
     )
+
+
+def check_fits(placement: Placement, nodes: list[dict[str, float]]) -> None:
+    """ValueError, at once, when the cluster's `nodes` (each one's total resources) cannot hold the
+    placement even when idle: in all, or one actor on any single node. Waiting would not help."""
+    totals: dict[str, float] = {}
+    for node in nodes:
+        for name, amount in node.items():
+            totals[name] = totals.get(name, 0.0) + amount
+    for name in ("CPU", "GPU"):
+        asked = sum(bundle.get(name, 0.0) for bundle in placement.bundles)
+        largest_bundle = max((bundle.get(name, 0.0) for bundle in placement.bundles), default=0.0)
+        largest_node = max((node.get(name, 0.0) for node in nodes), default=0.0)
+        if asked > totals.get(name, 0.0) + 1e-9 or largest_bundle > largest_node + 1e-9:
+            knobs = (
+                "ray.num_cpus_per_worker, ray.num_cpus_per_engine"
+                if name == "CPU"
+                else ("ray.num_gpus_per_worker, ray.num_gpus_per_engine")
+            )
+            raise ValueError(
+                f"the Ray cluster cannot hold {placement.num_workers} policy workers of {placement.worker_bundle}"
+                f" and {placement.num_engines} engines of {placement.engine_bundle}: that is {asked:g} {name} "
+                f"(at most {largest_bundle:g} per actor), and it has {totals.get(name, 0.0):g} {name} "
+                f"(at most {largest_node:g} on one node). Lower ray.num_workers, ray.num_engines or {knobs} "
+                f"(unset CPU counts share the cluster's CPUs out), or add nodes"
+            )
 
 
 def check_launchable(config: Config) -> None:
@@ -104,7 +142,9 @@ def run_with_ray(config: Config, run_dir: Path) -> int:
 
 
 def _fit_on_actors(config: Config, run_dir: Path) -> None:
-    placement = plan_placement(config, ray.cluster_resources().get("GPU", 0) > 0)
+    cluster = ray.cluster_resources()
+    placement = plan_placement(config, cluster.get("GPU", 0) > 0, cluster.get("CPU", 0.0))
+    check_fits(placement, [node["Resources"] for node in ray.nodes() if node["Alive"]])
     group = placement_group(placement.bundles, strategy="PACK")
     actors: list[Any] = []
     try:
@@ -166,8 +206,9 @@ def _wait_for_resources(group: PlacementGroup, placement: Placement, timeout_s: 
         raise ValueError(
             f"the Ray cluster could not hold {placement.num_workers} policy workers of {placement.worker_bundle} "
             f"and {placement.num_engines} engines of {placement.engine_bundle} within ray.startup_timeout_s="
-            f"{timeout_s}; it has {ray.cluster_resources()}. Lower ray.num_workers or the per-actor "
-            "resources (ray.num_cpus_per_worker, ...), or add nodes"
+            f"{timeout_s}: it has {ray.cluster_resources()}, of which {ray.available_resources()} are free "
+            "(other jobs hold the rest). Wait for them, raise ray.startup_timeout_s, lower ray.num_workers "
+            "or the per-actor resources (ray.num_cpus_per_worker, ...), or add nodes"
         ) from None
 
 

@@ -1,14 +1,15 @@
-"""Parsing stage: the tool calls in a model's reply, one parser per format, registered by name.
+"""Parsing stage: what a parsed reply is, and the Hermes tool-call format.
 
 A `ToolCallParser` turns the text of one assistant reply into a `ParsedReply`: the content
-around the calls, and every call in order, each a `ToolCall` or a `MalformedCall` that says
-what is wrong in words the model reads, so one bad call never hides the good ones next to it.
-The tool_calling env executes what this parses, the `tool_call_format` reward scores it, and
-`check_template` checks that a template's rendered calls parse back; each model family's
-renderer plugs its parser in with `register_tool_call_parser`.
+around the calls, the reasoning (a `<think>` block, an analysis channel), and every call in
+order, each a `ToolCall` or a `MalformedCall` that says what is wrong in words the model reads,
+so one bad call never hides the good ones next to it. Each model family's renderer
+(`agentrl.renderers`) owns its family's parser, and the tool_calling env, the
+`tool_call_format` reward, `check_template` and the debugger all parse through the run's
+renderer; a parser is looked up by family name with `agentrl.renderers.reply_parser`.
 
-The one format today is Hermes ("hermes"), which Qwen-family templates and the tiny policy's
-template render, one block per call:
+This module holds the types every family's parser returns and the Hermes format, which the
+generic and Qwen renderers (and the tiny policy's template) use, one block per call:
 
     <tool_call>
     {"name": "calculator", "arguments": {"expression": "3 * 4"}}
@@ -21,14 +22,11 @@ the object the templates' system prompts ask for: the keys "name" (a string) and
 
 from __future__ import annotations
 
-import difflib
 import enum
 import json
 import re
 from dataclasses import dataclass
 from typing import Any, Protocol
-
-HERMES = "hermes"
 
 
 @dataclass(frozen=True)
@@ -45,6 +43,7 @@ class Malformation(str, enum.Enum):
     NOT_JSON = "not_json"  # the body does not parse as JSON
     NOT_A_CALL = "not_a_call"  # valid JSON, but not a {"name", "arguments"} object
     UNCLOSED = "unclosed"  # the opening tag has no closing tag after it
+    NO_HEADER = "no_header"  # a call block without the tool name or channel header the format needs
 
 
 @dataclass(frozen=True)
@@ -57,10 +56,11 @@ class MalformedCall:
 
 @dataclass(frozen=True)
 class ParsedReply:
-    """One assistant reply split into its text and its tool calls."""
+    """One assistant reply split into its text, its reasoning and its tool calls."""
 
-    content: str  # the reply without its call blocks, stripped of surrounding whitespace
-    calls: tuple[ToolCall | MalformedCall, ...]  # every call block, in the order written
+    content: str  # the reply without its reasoning and call blocks, stripped of surrounding whitespace
+    calls: tuple[ToolCall | MalformedCall, ...]  # every call block outside the reasoning, in order
+    reasoning: str = ""  # the reasoning block's text (calls written inside it are not calls)
 
     @property
     def well_formed(self) -> list[ToolCall]:
@@ -105,12 +105,9 @@ class HermesToolCallParser:
         return ParsedReply("".join(content).strip(), tuple(calls))
 
     def _parse_block(self, body: str) -> ToolCall | MalformedCall:
-        try:
-            value = json.loads(body, parse_constant=_reject_constant)
-        except ValueError as error:  # json.JSONDecodeError is a ValueError, as is the rejected constant
-            reason = error.msg if isinstance(error, json.JSONDecodeError) else str(error)
-            message = f"Error: the tool call is not valid JSON ({reason}); {self.call_shape}."
-            return MalformedCall(Malformation.NOT_JSON, message)
+        value = load_json(body, self.call_shape)
+        if isinstance(value, MalformedCall):
+            return value
         if (
             not isinstance(value, dict)
             or set(value) != {"name", "arguments"}
@@ -121,32 +118,29 @@ class HermesToolCallParser:
         return ToolCall(value["name"], value["arguments"])
 
 
+def load_json(body: str, call_shape: str) -> Any:
+    """`body` as strict JSON (`json.loads`, never `eval`; NaN and Infinity rejected), or a
+    `MalformedCall` saying why it is not, with `call_shape` (what a call must look like)."""
+    try:
+        return json.loads(body, parse_constant=_reject_constant)
+    except ValueError as error:  # json.JSONDecodeError is a ValueError, as is the rejected constant
+        reason = error.msg if isinstance(error, json.JSONDecodeError) else str(error)
+        return MalformedCall(
+            Malformation.NOT_JSON, f"Error: the tool call is not valid JSON ({reason}); {call_shape}."
+        )
+
+
+def named_call(name: Any, arguments: Any, call_shape: str) -> ToolCall | MalformedCall:
+    """A call of tool `name` with `arguments`, which must be a JSON object (a dict)."""
+    if isinstance(arguments, MalformedCall):
+        return arguments
+    if not isinstance(name, str) or not name or not isinstance(arguments, dict):
+        return MalformedCall(Malformation.NOT_A_CALL, f"Error: {call_shape}.")
+    return ToolCall(name, arguments)
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
-
-
-_parsers: dict[str, ToolCallParser] = {HERMES: HermesToolCallParser()}
-
-
-def register_tool_call_parser(name: str, parser: ToolCallParser) -> None:
-    """Make `parser` available as `name` (a model family's format); a taken name is an error."""
-    if name in _parsers:
-        raise ValueError(f"a tool-call parser is already registered as {name!r}")
-    _parsers[name] = parser
-
-
-def tool_call_parser(name: str = HERMES) -> ToolCallParser:
-    """The parser registered as `name`; ValueError names the closest registered one."""
-    if name not in _parsers:
-        closest = difflib.get_close_matches(name, list(_parsers), n=1)
-        hint = f" Did you mean {closest[0]!r}?" if closest else ""
-        raise ValueError(f"unknown tool-call format {name!r}.{hint} Registered: {sorted(_parsers)}.")
-    return _parsers[name]
-
-
-def parse_tool_calls(text: str, parser: str = HERMES) -> ParsedReply:
-    """`text` parsed by the parser registered as `parser`."""
-    return tool_call_parser(parser).parse(text)
 
 
 def calls_of_message(message: dict[str, Any]) -> list[ToolCall]:

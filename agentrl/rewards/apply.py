@@ -19,6 +19,9 @@ reward is kept in `trajectory.info["env_reward"]`). What each function receives:
   `extra_info` the row's plus what verl's agent loop adds (`num_turns`, ...), and the score is
   a number or a dict with a "score" entry.
 
+With `reward.overlong_buffer.enable`, DAPO's length penalty (`overlong.py`) is then added to
+every scored episode's reward, whether functions or the env set it.
+
 Either may be an `async def` function; `trainer_state.global_step` is the weight version that
 sampled the batch (the optimizer steps behind it), `max_steps` the run's total.
 
@@ -41,6 +44,7 @@ from agentrl.env.validation import DEFAULT_REWARD_BOUND
 from agentrl.rewards.calls import AsyncRunner, CallLog, metric_means, trl_arguments, verl_arguments
 from agentrl.rewards.config import RewardConfig
 from agentrl.rewards.loading import LoadedFunction, load_functions
+from agentrl.rewards.overlong import OverlongPenalty, response_length
 from agentrl.rollout.trajectory import Status, Trajectory
 
 Score = float | None
@@ -54,8 +58,10 @@ class RewardFunctions:
         functions: Sequence[LoadedFunction],
         max_steps: int = 0,
         reward_bound: float = DEFAULT_REWARD_BOUND,
+        overlong: OverlongPenalty | None = None,
     ) -> None:
         self.functions = list(functions)
+        self.overlong = overlong  # DAPO's length penalty, added after the functions' sum; None: off
         self.max_steps = max_steps  # trainer_state.max_steps, as TRL passes it
         self.reward_bound = reward_bound  # rollout.reward_bound: a value outside ±this is an env error
         self._warned_all_none = False
@@ -65,17 +71,62 @@ class RewardFunctions:
 
     @classmethod
     def from_config(
-        cls, config: RewardConfig, max_steps: int = 0, reward_bound: float = DEFAULT_REWARD_BOUND
+        cls,
+        config: RewardConfig,
+        max_steps: int = 0,
+        reward_bound: float = DEFAULT_REWARD_BOUND,
+        max_resp_len: int | None = None,
     ) -> RewardFunctions:
-        """Import what `config` names; ValueError with the fix when something is missing."""
-        return cls(load_functions(config), max_steps, reward_bound)
+        """Import what `config` names; ValueError with the fix when something is missing.
+
+        `max_resp_len` is the overlong penalty's default (the rollout's sampled-token budget),
+        needed when `config.overlong_buffer` is enabled without its own.
+        """
+        buffer = config.overlong_buffer
+        overlong = None
+        if buffer.enable:
+            resolved = buffer.max_resp_len or max_resp_len
+            if resolved is None:
+                raise ValueError(
+                    "reward.overlong_buffer.enable=true needs reward.overlong_buffer.max_resp_len, or the "
+                    "rollout budget it defaults to"
+                )
+            buffer.check(resolved)
+            overlong = OverlongPenalty(resolved, buffer.len, buffer.penalty_factor)
+        return cls(load_functions(config), max_steps, reward_bound, overlong)
 
     def apply(self, trajectories: list[Trajectory], rows: dict[int, dict[str, Any]]) -> dict[str, float]:
         """Set the reward of every non-error trajectory; return `reward/<name>/mean`, `/std` and
         the means of what functions passed to `log_metric`.
 
-        `rows` maps each trajectory's `group_id` to its dataset row. A no-op without functions.
+        `rows` maps each trajectory's `group_id` to its dataset row. A no-op without functions
+        and without the overlong penalty.
         """
+        metrics = self._apply_functions(trajectories, rows)
+        if self.overlong is not None:
+            metrics.update(self._penalize_overlong(trajectories))
+        return metrics
+
+    def _penalize_overlong(self, trajectories: list[Trajectory]) -> dict[str, float]:
+        """Add the overlong penalty to every scored episode's reward: `reward/overlong_penalty/mean`, `_frac`."""
+        assert self.overlong is not None
+        penalties = []
+        for trajectory in trajectories:
+            if trajectory.status.is_error or trajectory.reward_missing:
+                continue
+            penalty = self.overlong(response_length(trajectory))
+            trajectory.reward += penalty
+            penalties.append(penalty)
+        if not penalties:
+            return {}
+        return {
+            "reward/overlong_penalty/mean": statistics.fmean(penalties),
+            "reward/overlong_frac": sum(penalty < 0 for penalty in penalties) / len(penalties),
+        }
+
+    def _apply_functions(
+        self, trajectories: list[Trajectory], rows: dict[int, dict[str, Any]]
+    ) -> dict[str, float]:
         scored = [t for t in trajectories if not t.status.is_error]
         if not self.functions or not scored:
             return {}

@@ -7,8 +7,9 @@ lists) and returns one float or None ("not applicable") per sample.
 - `boxed_format`: 1.0 when the last assistant turn ends on a well-formed `\\boxed{}` answer;
 - `code_block_format`: 1.0 when the last assistant turn's program (the fenced block the code
   env would run) is Python that parses;
-- `tool_call_format`: the fraction of the episode's tool calls that are well formed (None
-  for an episode without tool calls);
+- `tool_call_format`: the fraction of the episode's tool calls that are well formed, as the
+  run's renderer parses them (`agentrl.renderers.run_parser`; None for an episode without
+  tool calls);
 - `math_accuracy`: 1.0 when the boxed answer equals `reward_model.ground_truth` (math-verify in
   the grader processes the math env uses: an answer too costly to compare is wrong, not a hang);
 - `code_pass_rate`: the fraction of a code task's tests the program passes in the sandbox.
@@ -20,7 +21,7 @@ import ast
 from typing import Any
 
 from agentrl.parsing.code_blocks import extract_program
-from agentrl.parsing.tool_calls import parse_tool_calls
+from agentrl.renderers.active import run_parser
 from agentrl.rewards.answers import Verdict, extract_boxed_answer, shared_grader
 from agentrl.rewards.code_tests import CodePassRate
 
@@ -45,11 +46,15 @@ def code_block_format(completions: list[Messages], **kwargs: Any) -> list[float]
 
 
 def tool_call_format(completions: list[Messages], **kwargs: Any) -> list[float | None]:
-    """Fraction of the episode's `<tool_call>` blocks that are well formed; None without calls."""
+    """Fraction of the episode's tool calls that are well formed; None without calls.
+
+    Calls are read in the run's model family's format; calls inside reasoning do not count.
+    """
+    parser = run_parser()
     scores: list[float | None] = []
     for completion in completions:
         turns = [m["content"] for m in completion if m["role"] == "assistant"]
-        replies = [parse_tool_calls(text) for text in turns]
+        replies = [parser.parse(text) for text in turns]
         num_calls = sum(len(reply.calls) for reply in replies)
         num_well_formed = sum(len(reply.well_formed) for reply in replies)
         scores.append(num_well_formed / num_calls if num_calls else None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from agentrl.engine.protocol import InferenceEngine
 from agentrl.env.base import TextEnv
@@ -21,7 +21,29 @@ from agentrl.rollout.config import Budgets, Sampling
 from agentrl.rollout.episode import Episode, timeout_status
 from agentrl.rollout.trajectory import Status, Trajectory
 
-__all__ = ["Budgets", "Sampling", "run_episode", "run_episode_with_retries"]
+__all__ = ["Budgets", "DrivesOwnEpisode", "Sampling", "run_episode", "run_episode_with_retries"]
+
+
+@runtime_checkable
+class DrivesOwnEpisode(Protocol):
+    """An env that runs its whole episode itself (env=agent: an agent program calls the model).
+
+    It gets what `Episode` gets and returns the finished trajectory within the episode's time
+    budget, never raising; its failures are its trajectory's status.
+    """
+
+    async def drive_episode(
+        self,
+        engine: InferenceEngine,
+        template: ChatTemplate,
+        row: dict[str, Any],
+        *,
+        group_id: int,
+        seed: int,
+        sampling_seed: int,
+        budgets: Budgets,
+        sampling: Sampling,
+    ) -> Trajectory: ...
 
 
 async def run_episode(
@@ -37,6 +59,11 @@ async def run_episode(
     sampling: Sampling,
 ) -> Trajectory:
     """Roll out one episode of `env` on task `row`; never raises for env or engine failures."""
+    if isinstance(env, DrivesOwnEpisode):
+        return await env.drive_episode(
+            engine, template, row, group_id=group_id, seed=seed, sampling_seed=sampling_seed,
+            budgets=budgets, sampling=sampling,
+        )  # fmt: skip
     episode = Episode(
         env, engine, template, row, group_id=group_id, seed=seed, sampling_seed=sampling_seed,
         budgets=budgets, sampling=sampling,

@@ -39,11 +39,15 @@ class ChatTemplate:
                 f"tokenizer {tokenizer.name_or_path!r} has no chat_template; use a chat model or set one"
             )
         self.tokenizer = tokenizer
+        # Extra variables the template reads (Qwen3's `enable_thinking`, ...); a model family's
+        # renderer (agentrl.renderers) sets them, so every render of a run passes the same ones.
+        self.template_kwargs: dict[str, Any] = {}
 
     def render(self, messages: list[Message], tools: list[dict] | None, generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(
-            messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt
-        )
+            messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt,
+            **self.template_kwargs,
+        )  # fmt: skip
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
@@ -75,6 +79,14 @@ class ChatTemplate:
             if token_id in self.special_token_ids:
                 return index + (token_id == self.end_of_turn_id)
         return len(completion_ids)
+
+    def turn_text(self, completion_ids: list[int]) -> str:
+        """The text of a sampled turn, as the env reads it: its tokens decoded without special ones."""
+        return self.tokenizer.decode(completion_ids, skip_special_tokens=True)
+
+    def assistant_message(self, text: str) -> Message:
+        """The message the template renders for a sampled turn whose text is `text`."""
+        return {"role": "assistant", "content": text}
 
     def prompt_ids(self, messages: list[Message], tools: list[dict] | None) -> list[int]:
         """Token ids of the opening messages followed by the generation prompt."""

@@ -6,6 +6,7 @@ builds, `Budgets` and `Sampling`, so each knob has one home and one default.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Literal
 
@@ -14,17 +15,32 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from agentrl.env.validation import DEFAULT_REWARD_BOUND
 
 
+class TrajectoryMode(str, enum.Enum):
+    """When an episode continues in a new sample (segment) instead of appending to the live one."""
+
+    AUTO = "auto"  # append while the next context extends the sample's tokens, else start a new sample
+    SINGLE = "single"  # never split: a context that does not extend gets a best-effort delta (counted)
+    SEGMENTS = "segments"  # a new sample at every turn: each is one full render plus its sampled turn
+
+
 @dataclass(frozen=True)
 class Budgets:
-    """Limits on one episode; exceeding any of them truncates it with a named status."""
+    """Limits on one episode; exceeding any of them truncates it with a named status.
+
+    The token budgets count the live sample (its prompt + response: the context the engine sees
+    next) and, when set, the total over every sample of the episode (what the trainer processes).
+    """
 
     max_turns: int
     max_new_tokens_per_turn: int
-    max_tokens_per_episode: int  # prompt + response
+    max_tokens_per_episode: int  # prompt + response of the live sample
     step_timeout_s: float  # one env call: building it, reset, step, close
     episode_timeout_s: float  # the whole episode
     max_observation_tokens: int = 8192  # one env reply, as template tokens
     reward_bound: float = DEFAULT_REWARD_BOUND  # a step reward outside ±this is an env error
+    # Over all samples; None: no cap beyond max_turns * max_tokens_per_episode, which bounds it anyway.
+    max_total_tokens_per_episode: int | None = None
+    trajectory_mode: TrajectoryMode = TrajectoryMode.AUTO  # not a limit: how the episode's samples are cut
 
 
 @dataclass(frozen=True)
@@ -60,7 +76,23 @@ class RolloutConfig(BaseModel):
     top_k: int = Field(-1, description="-1 disables top-k; > 0 truncates the distribution")
     max_turns: int = Field(8, gt=0, description="assistant turns per episode (the env usually ends it first)")
     max_new_tokens_per_turn: int = Field(64, gt=0, description="tokens the model may generate in one turn")
-    max_tokens_per_episode: int = Field(512, gt=0, description="prompt + response tokens of one episode")
+    max_tokens_per_episode: int = Field(
+        512, gt=0,
+        description="prompt + response tokens of an episode's live sample: the context the engine sees, "
+        "and one trained row",
+    )  # fmt: skip
+    max_total_tokens_per_episode: int | None = Field(
+        None, gt=0,
+        description="prompt + response tokens over all samples of an episode (several when its history is "
+        "rewritten); null: no cap beyond max_turns x max_tokens_per_episode",
+    )  # fmt: skip
+    trajectory_mode: TrajectoryMode = Field(
+        TrajectoryMode.AUTO,
+        description="auto: an episode appends while the next context extends its tokens and starts a new "
+        "sample where it does not (a template or env that rewrites history); segments: a new sample at "
+        "every turn; single: never split, and a context that does not extend gets a best-effort delta, "
+        "so the trained tokens differ from the render (counted in rollout/template_mismatch_frac)",
+    )
     step_timeout_s: float = Field(
         60.0, gt=0, description="limit on one env call (building the env, reset, step, close)"
     )
@@ -113,6 +145,8 @@ class RolloutConfig(BaseModel):
             episode_timeout_s=self.episode_timeout_s,
             max_observation_tokens=self.max_observation_tokens,
             reward_bound=self.reward_bound,
+            max_total_tokens_per_episode=self.max_total_tokens_per_episode,
+            trajectory_mode=self.trajectory_mode,
         )
 
     def sampling(self) -> Sampling:

@@ -9,8 +9,13 @@
     while not episode.done:
         await episode.commit(await episode.generate())
 
-Model tokens are appended exactly as sampled (loss mask 1, with their rollout logprobs);
-observation tokens are the chat template's delta (loss mask 0). Every env return is validated
+Model tokens are appended exactly as sampled (loss mask 1, with their rollout logprobs). After
+each turn the next context (the conversation, the observation and the generation prompt) is
+rendered in full: if its tokens extend the live sample, the extension is appended (loss mask 0);
+if not (a template that drops earlier reasoning, an env that rewrites the history through
+`info["history"]`), the live sample is closed into `Trajectory.earlier_segments` and a new one
+starts from the full render (`rollout.trajectory_mode` picks when). So every sample's tokens up
+to each sampled turn are exactly a render of that turn's context. Every env return is validated
 where it enters. Failures become the trajectory's status, typed by the boundary where they
 happened: the env raised or returned a malformed value (env_error), the env's infrastructure
 raised `InfraError` (sandbox_error), the engine raised (engine_error), a budget ran out
@@ -33,10 +38,10 @@ from agentrl.engine.protocol import FinishReason, Generation, InferenceEngine, S
 from agentrl.env.base import Message, TextEnv
 from agentrl.env.calls import EnvCallTimeout, call_env
 from agentrl.env.errors import EnvAborted, InfraError
-from agentrl.env.validation import check_reset_return, check_step_return
+from agentrl.env.validation import HISTORY_INFO_KEY, check_reset_return, check_step_return
 from agentrl.rollout.chat_template import ChatTemplate
-from agentrl.rollout.config import Budgets, Sampling
-from agentrl.rollout.trajectory import Status, Trajectory, Turn
+from agentrl.rollout.config import Budgets, Sampling, TrajectoryMode
+from agentrl.rollout.trajectory import Segment, Status, Trajectory, Turn
 
 _T = TypeVar("_T")
 
@@ -82,12 +87,23 @@ class Episode:
 
     @property
     def num_tokens(self) -> int:
+        """Tokens of the live sample: the context the engine sees next."""
         return len(self.trajectory.prompt_ids) + len(self.trajectory.response_ids)
 
     @property
     def room(self) -> int:
-        """Tokens the episode budget still allows."""
-        return self.budgets.max_tokens_per_episode - self.num_tokens
+        """Tokens the episode budgets still allow: in the live sample, and in total if capped."""
+        return self._room(self.num_tokens, self._num_closed_tokens())
+
+    def _room(self, num_live_tokens: int, num_closed_tokens: int) -> int:
+        room = self.budgets.max_tokens_per_episode - num_live_tokens
+        total_cap = self.budgets.max_total_tokens_per_episode
+        if total_cap is not None:
+            room = min(room, total_cap - num_closed_tokens - num_live_tokens)
+        return room
+
+    def _num_closed_tokens(self) -> int:
+        return sum(len(s.prompt_ids) + len(s.response_ids) for s in self.trajectory.earlier_segments)
 
     async def reset(self) -> None:
         """Reset the env on the task and render the prompt; a failure ends the episode as env_error."""
@@ -146,7 +162,7 @@ class Episode:
         trajectory.response_ids += generation.completion_ids
         trajectory.loss_mask += [1] * len(generation.completion_ids)
         trajectory.rollout_logprobs += generation.logprobs
-        text = self.template.tokenizer.decode(generation.completion_ids, skip_special_tokens=True)
+        text = self.template.turn_text(generation.completion_ids)  # a family's markup tokens kept
         try:
             observation, reward, terminated, truncated, info = await self._env_call(
                 "step", functools.partial(check_step_return, reward_bound=self.budgets.reward_bound), text
@@ -160,8 +176,11 @@ class Episode:
         )  # fmt: skip
         trajectory.turns.append(turn)
         trajectory.reward += reward
+        history = info.pop(HISTORY_INFO_KEY, None)  # the env's rewrite of the conversation, if any
         trajectory.info.update(info)
-        self.messages.append({"role": "assistant", "content": text})
+        self.messages.append(self.template.assistant_message(text))
+        if history is not None:
+            turn.rewritten_history, self.messages = history, list(history)
         if terminated or truncated:
             self.finish(Status.COMPLETED if terminated else Status.TRUNCATED_ENV)
         elif generation.finish_reason is FinishReason.LENGTH and self.room <= 0:
@@ -169,7 +188,7 @@ class Episode:
         elif len(trajectory.turns) >= self.budgets.max_turns:
             self.finish(Status.TRUNCATED_TURNS)
         else:
-            self._append_observation(turn, observation, too_long)
+            self._append_observation(turn, observation, too_long, rewritten=history is not None)
         return turn
 
     def finish(self, status: Status, message: str | None = None) -> None:
@@ -212,39 +231,118 @@ class Episode:
             f"rollout.max_observation_tokens={limit} tokens can hold"
         )
 
-    def _append_observation(self, turn: Turn, observation: list[Message], too_long: str | None) -> None:
+    def _append_observation(
+        self, turn: Turn, observation: list[Message], too_long: str | None, rewritten: bool
+    ) -> None:
+        """Continue the episode with the next context: appended to the live sample, or a new sample."""
         if too_long is not None:
             self.finish(Status.TRUNCATED_OBSERVATION, too_long)
             return
+        if rewritten and (history_too_long := self._too_long(self.messages)) is not None:
+            self.finish(Status.TRUNCATED_TOKENS, history_too_long)
+            return
         try:
-            delta = self._render(
-                lambda: self.template.observation_delta(
-                    self.messages, turn.completion_ids, observation, self.env.tools
-                )
+            context_ids = self._render(
+                lambda: self.template.prompt_ids(self.messages + observation, self.env.tools)
             )
         except EpisodeOver as over:
             self.finish(over.status, str(over))
             return
-        if len(delta.token_ids) > self.budgets.max_observation_tokens:
+        trajectory, mode = self.trajectory, self.budgets.trajectory_mode
+        live_ids = trajectory.prompt_ids + trajectory.response_ids
+        extends = context_ids[: len(live_ids)] == live_ids
+        if extends and mode is not TrajectoryMode.SEGMENTS:
+            delta_ids = context_ids[len(live_ids) :]
+        elif mode is TrajectoryMode.SINGLE:
+            delta_ids, exact = self._best_effort_delta(turn, observation, live_ids, context_ids, rewritten)
+            trajectory.num_template_mismatches += not exact
+        else:
+            delta_ids = None  # a new sample
+        num_observation_tokens = (
+            len(delta_ids) if delta_ids is not None else len(context_ids) - self._closed_length()
+        )
+        if num_observation_tokens > self.budgets.max_observation_tokens:
             self.finish(
                 Status.TRUNCATED_OBSERVATION,
-                f"env step returned an observation of {len(delta.token_ids)} tokens, more than "
+                f"env step returned an observation of {num_observation_tokens} tokens, more than "
                 f"rollout.max_observation_tokens={self.budgets.max_observation_tokens}",
             )
             return
-        self.trajectory.num_template_mismatches += not delta.prefix_ok
-        turn.observation_ids = delta.token_ids
         self.messages += observation
-        self.trajectory.response_ids += delta.token_ids
-        self.trajectory.loss_mask += [0] * len(delta.token_ids)
-        self.trajectory.rollout_logprobs += [0.0] * len(delta.token_ids)
+        if delta_ids is None:
+            self._start_new_sample(turn, context_ids)
+            return
+        turn.observation_ids = delta_ids
+        trajectory.response_ids += delta_ids
+        trajectory.loss_mask += [0] * len(delta_ids)
+        trajectory.rollout_logprobs += [0.0] * len(delta_ids)
         self._check_room()
+
+    def _start_new_sample(self, turn: Turn, context_ids: list[int]) -> None:
+        """Close the live sample (it ends on the turn's sampled tokens) and start one from `context_ids`."""
+        trajectory = self.trajectory
+        if self._room(len(context_ids), self._num_closed_tokens() + self.num_tokens) <= 0:
+            # No room to sample after the new context: the episode ends on the live sample as it is.
+            self.finish(
+                Status.TRUNCATED_TOKENS,
+                f"the next context is {len(context_ids)} tokens and leaves no room under {self._budget_names()}",
+            )
+            return
+        live = Segment(
+            trajectory.prompt_ids, trajectory.response_ids, trajectory.loss_mask, trajectory.rollout_logprobs
+        )
+        while live.loss_mask and live.loss_mask[-1] == 0:  # only after an empty turn
+            del live.loss_mask[-1], live.response_ids[-1], live.rollout_logprobs[-1]
+        if any(live.loss_mask):  # a sample without a sampled token trains nothing
+            trajectory.earlier_segments.append(live)
+        trajectory.prompt_ids, trajectory.response_ids = context_ids, []
+        trajectory.loss_mask, trajectory.rollout_logprobs = [], []
+        turn.starts_new_sample = True
+        self._check_room()
+
+    def _closed_length(self) -> int:
+        """Tokens of the conversation so far, rendered without a generation prompt."""
+        return len(self.template.encode(self.template.render(self.messages, self.env.tools, False)))
+
+    def _best_effort_delta(
+        self,
+        turn: Turn,
+        observation: list[Message],
+        live_ids: list[int],
+        context_ids: list[int],
+        rewritten: bool,
+    ) -> tuple[list[int], bool]:
+        """trajectory_mode=single: tokens to append although the context does not extend the sample,
+        and whether the template called them exact (the text extends; only the tokens' split differs)."""
+        if not rewritten:  # the template's own text delta, as this mode always appended
+            delta = self.template.observation_delta(
+                self.messages, turn.completion_ids, observation, self.env.tools
+            )
+            return delta.token_ids, delta.prefix_ok
+        common = 0  # the env rewrote the history: the render beyond the longest common token prefix
+        while common < min(len(live_ids), len(context_ids)) and live_ids[common] == context_ids[common]:
+            common += 1
+        return context_ids[common:], False
+
+    def _too_long(self, history: list[Message]) -> str | None:
+        """Why a rewritten history can never fit the live sample (judged by characters alone), or None."""
+        limit, num_chars = self.budgets.max_tokens_per_episode, _num_chars(history)
+        if num_chars <= limit * CHARS_PER_TOKEN_BOUND:
+            return None
+        return (
+            f"env step returned a history of {num_chars} characters, more than "
+            f"rollout.max_tokens_per_episode={limit} tokens can hold"
+        )
 
     def _check_room(self) -> None:
         if not self.done and self.room <= 0:
-            self.finish(
-                Status.TRUNCATED_TOKENS, f"max_tokens_per_episode={self.budgets.max_tokens_per_episode}"
-            )
+            self.finish(Status.TRUNCATED_TOKENS, self._budget_names())
+
+    def _budget_names(self) -> str:
+        names = f"max_tokens_per_episode={self.budgets.max_tokens_per_episode}"
+        if self.budgets.max_total_tokens_per_episode is not None:
+            names += f", max_total_tokens_per_episode={self.budgets.max_total_tokens_per_episode}"
+        return names
 
     async def _env_call(self, name: str, check: Callable[[Any], _T], *args: Any, **kwargs: Any) -> _T:
         """Call the env's `name` (reset or step) under the step timeout and validate what it returned."""

@@ -20,10 +20,11 @@ class Status(str, enum.Enum):
     ENV_ERROR = "env_error"  # the env raised, returned a malformed value, or blocked its event loop
     ENGINE_ERROR = "engine_error"  # the inference engine raised
     SANDBOX_ERROR = "sandbox_error"  # the sandbox failed (not the program)
+    AGENT_ERROR = "agent_error"  # an agent program (env=agent) raised or gave no reward
 
     @property
     def is_error(self) -> bool:
-        return self in (Status.ENV_ERROR, Status.ENGINE_ERROR, Status.SANDBOX_ERROR)
+        return self in (Status.ENV_ERROR, Status.ENGINE_ERROR, Status.SANDBOX_ERROR, Status.AGENT_ERROR)
 
     @property
     def is_truncated(self) -> bool:
@@ -41,11 +42,32 @@ class Turn:
     reward: float
     finish_reason: str
     policy_version: int = 0  # weight version that sampled this turn
+    # The context after this turn does not extend the sample it was sampled in (the template or the
+    # env rewrote history, or trajectory_mode=segments): the next turn is sampled in a new sample.
+    starts_new_sample: bool = False
+    # The conversation the env replaced the history with at this step (info["history"]), if it did.
+    rewritten_history: list[dict[str, Any]] | None = None
+
+
+@dataclass
+class Segment:
+    """One trained sample of an episode: a context and the tokens that followed it."""
+
+    prompt_ids: list[int]  # [num_prompt_tokens]
+    response_ids: list[int]  # [num_response_tokens]
+    loss_mask: list[int]  # [num_response_tokens] 1 on sampled tokens
+    rollout_logprobs: list[float]  # [num_response_tokens] 0 where mask is 0
 
 
 @dataclass
 class Trajectory:
-    """One episode: prompt ids, then model and observation tokens interleaved."""
+    """One episode: prompt ids, then model and observation tokens interleaved.
+
+    When the next context no longer extends what was sampled (a template that rewrites
+    earlier turns, an env that compacts its history), the episode continues as a new
+    sample: the closed ones are in `earlier_segments`, the live one is prompt_ids,
+    response_ids, loss_mask and rollout_logprobs. `samples()` lists them all in order.
+    """
 
     group_id: int  # index of the dataset row; the n trajectories of a row share it
     prompt_ids: list[int]  # [num_prompt_tokens]
@@ -57,11 +79,25 @@ class Trajectory:
     status: Status = Status.COMPLETED
     error: str | None = None  # message of the exception behind an error status
     policy_version: int = 0
-    num_template_mismatches: int = 0  # turns where the chat template broke the prefix property
+    # trajectory_mode=single only: turns whose next context did not extend the sample, so a best-effort
+    # delta was appended and the trained tokens differ from the render. Other modes start a new sample.
+    num_template_mismatches: int = 0
     num_infra_retries: int = 0  # reruns after engine_error/sandbox_error before this result
     info: dict[str, Any] = field(default_factory=dict)
     advantage: float | None = None  # set by the training loop for trajectories it trains on
     reward_missing: bool = False  # every reward function returned None: out of group statistics (as TRL)
+    # Closed samples before the live one, oldest first; empty while the context only appends.
+    earlier_segments: list[Segment] = field(default_factory=list)
+
+    def samples(self) -> list[Segment]:
+        """Every trained sample of the episode: the earlier segments, then the live one."""
+        live = Segment(
+            prompt_ids=self.prompt_ids,
+            response_ids=self.response_ids,
+            loss_mask=self.loss_mask,
+            rollout_logprobs=self.rollout_logprobs,
+        )
+        return [*self.earlier_segments, live]
 
     def to_json(self) -> dict[str, Any]:
         record = asdict(self)
@@ -74,4 +110,5 @@ class Trajectory:
         fields = dict(record)
         fields["status"] = Status(fields["status"])
         fields["turns"] = [Turn(**turn) for turn in fields.get("turns", [])]
+        fields["earlier_segments"] = [Segment(**segment) for segment in fields.get("earlier_segments", [])]
         return cls(**fields)

@@ -13,15 +13,19 @@ import torch
 import transformers
 
 from agentrl.config import Config
-from agentrl.data import generated_rows, load_rows
+from agentrl.data import DataSource, generated_rows, load_rows
+from agentrl.data_mixture import MixtureSampler, tag_rows
 from agentrl.devices import resolve_device
 from agentrl.engine.factory import build_engine
 from agentrl.engine.protocol import InferenceEngine
+from agentrl.env.base import TextEnv
 from agentrl.env.registry import make
 from agentrl.model_path import load_tokenizer, resolve_model_path
+from agentrl.parsing.tool_calls import ToolCallParser
+from agentrl.renderers import build_renderer, use_run_parser
 from agentrl.rewards.apply import RewardFunctions
-from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.trainer.data_order import StepSampler
+from agentrl.trainer.env_mixture import build_env_routes
 from agentrl.trainer.loop import Trainer, TrainerParts
 from agentrl.trainer.policy_worker import PolicyWorker
 
@@ -41,9 +45,22 @@ def load_task_data(config: Config) -> TaskData:
     """Rows from the files or the generator. Evaluation never silently uses unrelated rows.
 
     With train_files and no val_files, `data.val_size` rows are held out of the training files
-    by a seeded shuffle, and the run says so.
+    by a seeded shuffle, and the run says so. A mixed run (`env.mixture`) loads each env's rows
+    from its own sources and tags them with the env's name.
     """
-    data, seed = config.data, config.trainer.seed
+    if not config.env.mixture:
+        return load_source_rows(config.data, config.trainer.seed)
+    train_rows, val_rows, notes = [], [], []
+    for name, entry in config.env.mixture.items():
+        data = load_source_rows(entry.data, config.trainer.seed, f"env.mixture.{name}.data")
+        train_rows += tag_rows(data.train_rows, name, f"env.mixture.{name} training")
+        val_rows += tag_rows(data.val_rows, name, f"env.mixture.{name} held-out")
+        notes += [data.note] if data.note else []
+    return TaskData(train_rows, val_rows, "; ".join(notes) or None)
+
+
+def load_source_rows(data: DataSource, seed: int, prefix: str = "data") -> TaskData:
+    """`load_task_data` of one source of rows (`prefix` names its settings in messages)."""
     if not data.train_files:
         generate = functools.partial(generated_rows, data.generator, seed=seed, **data.generator_kwargs)
         train_rows = generate(data.train_size, split="train")
@@ -55,14 +72,14 @@ def load_task_data(config: Config) -> TaskData:
         return TaskData(rows, [row for path in data.val_files for row in load_rows(path)])
     if len(rows) <= data.val_size:
         raise ValueError(
-            f"data.train_files hold {len(rows)} rows, too few to hold out data.val_size={data.val_size} "
-            "for evaluation; set data.val_files=[...] or a smaller data.val_size"
+            f"{prefix}.train_files hold {len(rows)} rows, too few to hold out {prefix}.val_size={data.val_size} "
+            f"for evaluation; set {prefix}.val_files=[...] or a smaller {prefix}.val_size"
         )
     order = list(range(len(rows)))
     random.Random(f"val-split-{seed}").shuffle(order)
     held_out = set(order[: data.val_size])
     note = (
-        f"no data.val_files: evaluating on {data.val_size} rows held out of data.train_files "
+        f"no {prefix}.val_files: evaluating on {data.val_size} rows held out of {prefix}.train_files "
         f"(seeded by trainer.seed={seed}); the other {len(rows) - data.val_size} rows train"
     )
     return TaskData(
@@ -72,9 +89,17 @@ def load_task_data(config: Config) -> TaskData:
     )
 
 
-def build_env_factory(config: Config) -> functools.partial:
-    """`make(env.id, **env.kwargs)` as a factory; builds one env now, so a bad id or kwargs fails fast."""
-    make_env = functools.partial(make, config.env.id, **config.env.kwargs)
+def build_env_factory(config: Config, reply_parser: ToolCallParser | None = None) -> functools.partial:
+    """`make(env.id, **env.kwargs)` as a factory; builds one env now, so a bad id or kwargs fails fast.
+
+    Each env it builds parses replies with `reply_parser` (the run's renderer's), when given.
+    A mixed run builds each of its envs, and returns a factory that says one env must be chosen
+    (for tools that drive one env; training routes rows with `build_env_routes`).
+    """
+    if config.env.mixture:
+        build_env_routes(config.env.mixture, config.rollout, functools.partial(env_factory, reply_parser))
+        return functools.partial(_one_env_needed, sorted(config.env.mixture))
+    make_env = functools.partial(_make_with_parser, config.env.id, reply_parser, **config.env.kwargs)
     try:
         make_env().close()
     except TypeError as error:  # the env's constructor rejected env.kwargs
@@ -82,6 +107,27 @@ def build_env_factory(config: Config) -> functools.partial:
             f"env {config.env.id!r} cannot be built with env.kwargs={config.env.kwargs}: {error}"
         ) from None
     return make_env
+
+
+def _one_env_needed(names: list[str]) -> TextEnv:
+    raise ValueError(
+        f"this config mixes the envs {', '.join(names)} (env.mixture); this command drives one env: choose "
+        "one with env=<preset> (e.g. env=math)"
+    )
+
+
+def env_factory(
+    reply_parser: ToolCallParser | None, env_id: str, kwargs: dict[str, Any]
+) -> functools.partial:
+    """A factory of env `env_id` built with `kwargs`, parsing replies with `reply_parser` when given."""
+    return functools.partial(_make_with_parser, env_id, reply_parser, **kwargs)
+
+
+def _make_with_parser(env_id: str, reply_parser: ToolCallParser | None, **kwargs: Any) -> TextEnv:
+    env = make(env_id, **kwargs)
+    if reply_parser is not None:
+        env.use_reply_parser(reply_parser)
+    return env
 
 
 def build_trainer(config: Config, run_dir: Path, engine: InferenceEngine | None = None) -> Trainer:
@@ -93,17 +139,20 @@ def build_trainer(config: Config, run_dir: Path, engine: InferenceEngine | None 
         torch.set_num_threads(config.trainer.num_threads)
     if not sys.stderr.isatty():  # progress bars belong on a terminal, not in a log file
         transformers.utils.logging.disable_progress_bar()
-    make_env = build_env_factory(config)
+    model_path = resolve_model_path(config.model.path)
+    tokenizer = load_tokenizer(model_path)
+    renderer = build_renderer(tokenizer, config.model.renderer)  # the one renderer of the run
+    use_run_parser(renderer.parser)  # what reward functions in this process parse replies with
+    make_env = build_env_factory(config, renderer.parser)
     # A bad reference fails before any work.
     reward_functions = RewardFunctions.from_config(
-        config.reward, config.trainer.total_training_steps, config.rollout.reward_bound
-    )
+        config.reward, config.trainer.total_training_steps, config.rollout.reward_bound,
+        max_resp_len=config.rollout.max_turns * config.rollout.max_new_tokens_per_turn,
+    )  # fmt: skip
     data = load_task_data(config)
     if data.note:
         print(data.note, flush=True)
-    model_path = resolve_model_path(config.model.path)
     dtype = DTYPES[config.model.dtype]
-    tokenizer = load_tokenizer(model_path)
     engine = engine or build_engine(config.model, config.engine, seed=config.trainer.seed)
     worker_kwargs = {
         "actor": config.actor,
@@ -116,17 +165,26 @@ def build_trainer(config: Config, run_dir: Path, engine: InferenceEngine | None 
         PolicyWorker(model_path, trainable=False, **worker_kwargs) if config.actor.use_kl_loss else None
     )
     batch_size, seed, shuffle = config.data.train_batch_size, config.trainer.seed, config.data.shuffle
+    env_routes, sampler, extra_sampler = {}, None, None
+    if config.env.mixture:
+        env_routes = build_env_routes(
+            config.env.mixture, config.rollout, functools.partial(env_factory, renderer.parser)
+        )
+        weights = {name: entry.weight for name, entry in config.env.mixture.items()}
+        sampler = MixtureSampler(data.train_rows, weights, batch_size, seed, shuffle)
+        extra_sampler = MixtureSampler(data.train_rows, weights, batch_size, seed + 1, shuffle)
     parts = TrainerParts(
         run_dir=run_dir,
         make_env=make_env,
         engine=engine,
-        template=ChatTemplate(tokenizer),
+        template=renderer,
         pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
         actor=actor,
         reference=reference,
-        sampler=StepSampler(data.train_rows, batch_size, seed, shuffle),
-        extra_sampler=StepSampler(data.train_rows, batch_size, seed + 1, shuffle),
+        sampler=sampler or StepSampler(data.train_rows, batch_size, seed, shuffle),
+        extra_sampler=extra_sampler or StepSampler(data.train_rows, batch_size, seed + 1, shuffle),
         val_rows=data.val_rows,
         reward_functions=reward_functions,
+        env_routes=env_routes,
     )
     return Trainer(config, parts)

@@ -22,6 +22,7 @@ import torch
 from agentrl.algorithms.advantages import compute_advantages, zero_spread_groups
 from agentrl.algorithms.rollout_correction import rollout_correction
 from agentrl.config import Config
+from agentrl.data_mixture import MixtureSampler
 from agentrl.engine.protocol import InferenceEngine
 from agentrl.env.base import TextEnv
 from agentrl.metrics import MetricsLogger, dump_trajectories, rollout_metrics
@@ -38,8 +39,10 @@ from agentrl.trainer.async_rollout import (
 )
 from agentrl.trainer.batch import build_train_batch
 from agentrl.trainer.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint
+from agentrl.trainer.credit import token_advantages
 from agentrl.trainer.data_order import StepSampler
 from agentrl.trainer.distributed import all_gather_lists
+from agentrl.trainer.env_mixture import EnvRoute, env_metrics, rollout_by_env
 from agentrl.trainer.health import RunHealth
 from agentrl.trainer.policy_worker import PolicyWorker
 
@@ -57,10 +60,11 @@ class TrainerParts:
     pad_token_id: int
     actor: PolicyWorker
     reference: PolicyWorker | None  # only when actor.use_kl_loss
-    sampler: StepSampler  # the rows of each step
-    extra_sampler: StepSampler  # extra batches for dynamic sampling
+    sampler: StepSampler | MixtureSampler  # the rows of each step
+    extra_sampler: StepSampler | MixtureSampler  # extra batches for dynamic sampling
     val_rows: list[dict[str, Any]]
     reward_functions: RewardFunctions  # configured reward functions (none: the env's reward stands)
+    env_routes: dict[str, EnvRoute] = field(default_factory=dict)  # env.mixture's envs; empty: make_env
 
 
 @dataclass
@@ -113,15 +117,26 @@ class Trainer:
         """
         parts, rollout = self.parts, self.config.rollout
         rank, world_size = parts.actor.context.rank, parts.actor.context.world_size
-        local = await rollout_groups(
-            rows[rank::world_size], row_ids[rank::world_size], parts.make_env, parts.engine, parts.template,
-            n=n, seed=self.config.trainer.seed, sampling_seed=self.config.trainer.seed * 100_003 + seed_step,
-            budgets=rollout.budgets(), sampling=sampling, max_infra_retries=rollout.max_infra_retries,
-            description=description,
-        )  # fmt: skip
+        group_kwargs = {
+            "engine": parts.engine, "template": parts.template, "n": n, "seed": self.config.trainer.seed,
+            "sampling_seed": self.config.trainer.seed * 100_003 + seed_step, "sampling": sampling,
+            "max_infra_retries": rollout.max_infra_retries, "description": description,
+        }  # fmt: skip
+        if parts.env_routes:  # several envs: each row's groups from its own env, with its budgets
+            local = await rollout_by_env(
+                parts.env_routes, rows[rank::world_size], row_ids[rank::world_size], **group_kwargs
+            )
+        else:
+            local = await rollout_groups(
+                rows[rank::world_size], row_ids[rank::world_size], parts.make_env, budgets=rollout.budgets(),
+                **group_kwargs,
+            )  # fmt: skip
         position = {row_id: index for index, row_id in enumerate(row_ids)}
         trajectories = sorted(all_gather_lists(local), key=lambda t: position[t.group_id])  # stable sort
-        reward_metrics = parts.reward_functions.apply(trajectories, dict(zip(row_ids, rows, strict=True)))
+        rows_by_id = dict(zip(row_ids, rows, strict=True))
+        reward_metrics = parts.reward_functions.apply(trajectories, rows_by_id)
+        if parts.env_routes:
+            reward_metrics.update(env_metrics(trajectories, rows_by_id))
         return trajectories, reward_metrics
 
     async def _train_rollout(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
@@ -176,7 +191,7 @@ class Trainer:
 
     def trains_on(self, trajectory: Trajectory) -> bool:
         """Errors, time truncations (unless kept by config) and empty responses never reach the loss."""
-        if trajectory.status.is_error or not any(trajectory.loss_mask):
+        if trajectory.status.is_error or not any(any(sample.loss_mask) for sample in trajectory.samples()):
             return False
         return not (trajectory.status is Status.TRUNCATED_TIME and self.config.rollout.exclude_time_truncated)
 
@@ -191,14 +206,14 @@ class Trainer:
                 trajectories = await self._regenerate_stale_groups(step, trajectories, metrics)
             metrics.update(staleness_metrics(trajectories, step))
         metrics["perf/rollout_tokens"] = float(
-            sum(len(t.prompt_ids) + len(t.response_ids) for t in trajectories)
+            sum(len(s.prompt_ids) + len(s.response_ids) for t in trajectories for s in t.samples())
         )
         trainable = [t for t in trajectories if self.trains_on(t)]
         metrics["rollout/excluded_frac"] = 1 - len(trainable) / len(trajectories) if trajectories else 0.0
         if trainable:
             advantages = compute_advantages(config.algorithm, *_group_tensors(trainable))
             for trajectory, advantage in zip(trainable, advantages.tolist(), strict=True):
-                trajectory.advantage = advantage
+                trajectory.advantage = advantage  # the episode's, also under turn credit
         if config.trainer.dump_rollouts and self.is_main:
             dump_trajectories(parts.run_dir / "rollouts" / f"step_{step}.jsonl", trajectories)
         if trainable:
@@ -227,7 +242,10 @@ class Trainer:
         self.update_started = step  # from here on the weights are no longer those of step - 1
         if self.prefetcher is None:
             assert all(oldest_version(t) == step - 1 for t in trainable), "sync rollout sampled stale weights"
-        batch = build_train_batch(trainable, advantages, parts.pad_token_id)
+        per_token = None
+        if config.algorithm.adv_granularity == "turn":
+            per_token = token_advantages(config.algorithm, trainable, *_group_tensors(trainable)[1:])
+        batch = build_train_batch(trainable, advantages, parts.pad_token_id, token_advantages=per_token)
         with timer.stage("old_logprob"):
             batch.old_logprobs, _ = await self._compute(parts.actor.compute_logprobs, batch)
         metrics.update(_logprob_gap(batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask))
@@ -253,6 +271,9 @@ class Trainer:
         ):
             dtype = next(engine.model.parameters()).dtype
             state_dict = actor.full_state_dict(device=None, dtype=dtype)
+        elif getattr(engine, "weight_sync", "disk") == "distributed":
+            # Broadcast from this worker's device (NCCL on GPU), in the servers' dtype: no host copy.
+            state_dict = actor.full_state_dict(device=None, dtype=engine.dtype)
         else:
             state_dict = actor.full_state_dict()
         await engine.update_weights(state_dict, version=version)

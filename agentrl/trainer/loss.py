@@ -56,9 +56,14 @@ class TokenLoss:
 
     @classmethod
     def over_micro_batch(
-        cls, micro: TrainBatch, actor: ActorConfig, global_num_tokens: float, global_num_sequences: float
+        cls,
+        micro: TrainBatch,
+        actor: ActorConfig,
+        global_num_tokens: float,
+        global_num_sequences: float,
+        sequence_num_tokens: torch.Tensor | None = None,  # [B] each row's episode's loss tokens
     ) -> TokenLoss:
-        """[B, T] inputs of every position of `micro`."""
+        """[B, T] inputs of every position of `micro`; the counts as in agentrl.algorithms.aggregation."""
         assert micro.old_logprobs is not None  # checked by the caller with a user-facing error
         assert not actor.use_kl_loss or micro.ref_logprobs is not None
         mask = micro.loss_mask
@@ -72,6 +77,7 @@ class TokenLoss:
                 global_num_tokens,
                 global_num_sequences,
                 actor.loss_scale_factor,
+                sequence_num_tokens,
             )
             (weights,) = torch.autograd.grad(shares, probe)
         return cls(
@@ -93,9 +99,12 @@ class TokenLoss:
         actor: ActorConfig,
         global_num_tokens: float,
         global_num_sequences: float,
+        sequence_num_tokens: torch.Tensor | None = None,  # [B] each row's episode's loss tokens
     ) -> TokenLoss:
         """[N] inputs of the scored tokens of `micro`."""
-        full = cls.over_micro_batch(micro, actor, global_num_tokens, global_num_sequences)
+        full = cls.over_micro_batch(
+            micro, actor, global_num_tokens, global_num_sequences, sequence_num_tokens
+        )
         return full._select((rows, positions))
 
     def __call__(self, tokens: slice, logprobs: torch.Tensor, entropy: torch.Tensor | None) -> torch.Tensor:
@@ -173,7 +182,10 @@ def micro_batch_loss(
     actor: ActorConfig,
     global_num_tokens: float,
     global_num_sequences: float,
+    sequence_num_tokens: torch.Tensor | None = None,  # [B] each row's episode's loss tokens
 ) -> tuple[torch.Tensor, torch.Tensor]:  # loss [], metric shares [len(METRIC_NAMES)]
     """`actor_loss` over every position of a micro-batch."""
-    inputs = TokenLoss.over_micro_batch(micro, actor, global_num_tokens, global_num_sequences)
+    inputs = TokenLoss.over_micro_batch(
+        micro, actor, global_num_tokens, global_num_sequences, sequence_num_tokens
+    )
     return actor_loss(logprobs, entropy, inputs)

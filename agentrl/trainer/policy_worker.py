@@ -19,6 +19,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
+from agentrl.algorithms.aggregation import sequence_counts
 from agentrl.compiled_layers import compile_layer, decoder_layers
 from agentrl.model_path import load_causal_lm
 from agentrl.trainer.actor_config import ActorConfig
@@ -194,26 +195,31 @@ class PolicyWorker:
     def _step(self, mini: TrainBatch) -> dict[str, float]:
         """One optimizer step on a mini-batch, accumulating gradients over micro-batches."""
         global_num_tokens = float(mini.loss_mask.sum())
-        global_num_sequences = float((mini.loss_mask.sum(dim=-1) > 0).sum())
+        # Episodes, not rows: the samples of an episode are one sequence (agentrl.algorithms.aggregation).
+        # Mini-batches hold whole groups, so an episode's samples are never split between two.
+        sequence_num_tokens, global_num_sequences = sequence_counts(mini.loss_mask, mini.episode_ids)
         rows, is_real = self._rank_rows(mini.num_sequences)
         local = mini.select(rows)
         local = replace(local, loss_mask=local.loss_mask * is_real[:, None])
         sums = torch.zeros(len(METRIC_NAMES), device=self.context.device)
         for chunk in self._micro_chunks(len(rows)):
             micro = local.select(chunk)
+            micro_sequence_num_tokens = sequence_num_tokens[rows[chunk]].to(self.context.device)
             inputs = self._scoring_inputs(micro)
             micro = micro.to(self.context.device)
             token_loss = TokenLoss.of(
-                micro, inputs.rows, inputs.positions, self.actor, global_num_tokens, global_num_sequences
-            )
+                micro, inputs.rows, inputs.positions, self.actor, global_num_tokens, global_num_sequences,
+                micro_sequence_num_tokens,
+            )  # fmt: skip
             scores, loss = self.scorer(inputs, self._wants_entropy, token_loss)
             # FSDP averages gradients over ranks; the loss shares are meant to be summed.
             (loss * self.context.world_size).backward()
             with torch.no_grad():
                 logprobs, entropy = _scattered(scores, inputs)
                 _, metrics = micro_batch_loss(
-                    logprobs, entropy, micro, self.actor, global_num_tokens, global_num_sequences
-                )
+                    logprobs, entropy, micro, self.actor, global_num_tokens, global_num_sequences,
+                    micro_sequence_num_tokens,
+                )  # fmt: skip
             sums += metrics
         metrics = self._optimizer_step(all_reduce_sum(sums))
         if not self._wants_entropy:

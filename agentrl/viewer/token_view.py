@@ -29,7 +29,7 @@ class TokenCell:
 
     token_id: int
     text: str  # decoded text with whitespace made visible
-    kind: str  # prompt | sampled | observation
+    kind: str  # prompt | sampled | observation | boundary (a new sample of the episode starts)
     logprob: float | None  # rollout logprob of a sampled token
     logprob_bucket: int  # 0 (confident) .. 3 (below LOW_LOGPROB); 0 for unsampled tokens
 
@@ -62,20 +62,28 @@ def _bucket(logprob: float) -> int:
     return sum(logprob < edge for edge in LOGPROB_EDGES)
 
 
+SAMPLE_BOUNDARY = "new sample: history rewritten"  # the text of a boundary cell
+
+
 def token_cells(record: dict[str, Any], tokenizer: PreTrainedTokenizerBase | None) -> list[TokenCell]:
-    """Prompt tokens, then response tokens marked sampled (mask 1) or observation (mask 0)."""
+    """Per sample of the episode, in order: prompt tokens, then response tokens marked sampled
+    (mask 1) or observation (mask 0); a boundary cell before each sample after the first."""
 
     def text_of(token_id: int) -> str:
         if tokenizer is None:
             return f"[{token_id}]"
         return _visible(tokenizer.decode([token_id], skip_special_tokens=False))
 
-    cells = [TokenCell(t, text_of(t), "prompt", None, 0) for t in record["prompt_ids"]]
-    for token_id, mask, logprob in zip(
-        record["response_ids"], record["loss_mask"], record["rollout_logprobs"], strict=True
-    ):
-        if mask:
-            cells.append(TokenCell(token_id, text_of(token_id), "sampled", logprob, _bucket(logprob)))
-        else:
-            cells.append(TokenCell(token_id, text_of(token_id), "observation", None, 0))
+    cells = []
+    for number, sample in enumerate([*record.get("earlier_segments", []), record]):
+        if number:
+            cells.append(TokenCell(-1, SAMPLE_BOUNDARY, "boundary", None, 0))
+        cells += [TokenCell(t, text_of(t), "prompt", None, 0) for t in sample["prompt_ids"]]
+        for token_id, mask, logprob in zip(
+            sample["response_ids"], sample["loss_mask"], sample["rollout_logprobs"], strict=True
+        ):
+            if mask:
+                cells.append(TokenCell(token_id, text_of(token_id), "sampled", logprob, _bucket(logprob)))
+            else:
+                cells.append(TokenCell(token_id, text_of(token_id), "observation", None, 0))
     return cells

@@ -1,7 +1,7 @@
-"""The tool_calling environment: typed Python tools called as `<tool_call>{json}</tool_call>`.
+"""The tool_calling environment: typed Python tools called in the model family's format.
 
-Calls are parsed by `agentrl.parsing.tool_calls`, the one parser the rewards and
-`check_template` use too.
+Calls are parsed by the run's renderer (`agentrl.renderers`; Hermes `<tool_call>{json}</tool_call>`
+blocks by default), the one parser the rewards and `check_template` use too.
 """
 
 from envs.tool_calling.env import BUILTIN_TOOLS, ToolCallingEnv

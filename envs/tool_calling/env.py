@@ -1,8 +1,9 @@
 """Environment stage: the tool_calling env, tools called in the chat template's format.
 
-Each turn the model either calls tools (one or more `<tool_call>` blocks, parsed by
-`agentrl.parsing.tool_calls` as the rewards and `check_template` parse them; each result comes
-back as a `tool` message and the episode goes on) or answers (a reply with no tool call ends
+Each turn the model either calls tools (one or more calls in its family's format, parsed by the
+run's renderer, `self.reply_parser`, as the rewards and `check_template` parse them; Hermes
+`<tool_call>` blocks by default; each result comes back as a `tool` message and the episode
+goes on) or answers (a reply with no tool call ends
 the episode and its `\\boxed{}` answer is graded). Malformed calls, unknown tools, bad
 arguments, tools that raise and tools that time out are all answered with a `tool` message
 saying what went wrong, so the model can learn from them; only a tool whose backing service
@@ -21,7 +22,7 @@ from typing import Any
 
 from agentrl.env import Message, StepResult, TextEnv, load_object
 from agentrl.env.task import Episode, check_int, start_task
-from agentrl.parsing.tool_calls import MalformedCall, ToolCall, parse_tool_calls
+from agentrl.parsing.tool_calls import MalformedCall, ToolCall
 from agentrl.rewards.answers import AnswerGrader, Verdict, shared_grader
 from envs.math.reward import extract_boxed_answer
 from envs.tool_calling import synthetic
@@ -90,7 +91,7 @@ class ToolCallingEnv(TextEnv):
 
     async def astep(self, action: str) -> StepResult:
         self._episode.next_turn()
-        calls = parse_tool_calls(action).calls
+        calls = self.reply_parser.parse(action).calls
         if not calls:
             self._episode.end()
             answer = extract_boxed_answer(action)

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from agentrl.algorithms import LOSS_AGG_MODES, aggregate, kl_penalty, ppo_clip_loss
+from agentrl.algorithms.aggregation import sequence_counts
 
 LOSS = torch.tensor([[1.0, 2.0, 3.0, 0.0], [4.0, 5.0, 0.0, 0.0]])
 MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
@@ -66,3 +67,37 @@ def test_micro_batching_does_not_change_the_gradient(mode):
     assert reference.abs().sum() > 0
     torch.testing.assert_close(_loss_gradient(1, mode), reference)
     torch.testing.assert_close(_loss_gradient(2, mode), reference)
+
+
+# The first sequence of LOSS as an episode split into two samples: tokens 1, 2 | 3.
+SPLIT_LOSS = torch.tensor([[1.0, 2.0, 0.0, 0.0], [3.0, 0.0, 0.0, 0.0], [4.0, 5.0, 0.0, 0.0]])
+SPLIT_MASK = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+SPLIT_EPISODES = torch.tensor([7, 7, 9])
+
+
+def test_sequence_counts_count_an_episode_once_over_its_samples():
+    row_episode_tokens, num_episodes = sequence_counts(SPLIT_MASK, SPLIT_EPISODES)
+    assert row_episode_tokens.tolist() == [3.0, 3.0, 2.0] and num_episodes == 2.0
+    # An episode whose samples carry no loss token is not counted.
+    assert sequence_counts(SPLIT_MASK * torch.tensor([[1.0], [1.0], [0.0]]), SPLIT_EPISODES)[1] == 1.0
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_an_episode_split_in_two_samples_has_the_loss_of_the_same_tokens_in_one_row(mode):
+    whole = aggregate(LOSS, MASK, mode, 5, 2, loss_scale_factor=4)
+    row_episode_tokens, num_episodes = sequence_counts(SPLIT_MASK, SPLIT_EPISODES)
+    split = aggregate(SPLIT_LOSS, SPLIT_MASK, mode, 5, num_episodes, 4, row_episode_tokens)
+    assert split.item() == pytest.approx(whole.item())
+    # ... also when its samples land in different micro-batches.
+    shares = sum(
+        aggregate(SPLIT_LOSS[rows], SPLIT_MASK[rows], mode, 5, num_episodes, 4, row_episode_tokens[rows])
+        for rows in ([0], [1, 2])
+    )
+    assert shares.item() == pytest.approx(whole.item())
+
+
+def test_seq_mean_token_mean_weighs_an_episode_not_its_samples():
+    # Counting rows would give (3/2 + 3/1 + 9/2) / 3 = 3.0; the episodes give (6/3 + 9/2) / 2 = 3.25.
+    row_episode_tokens, num_episodes = sequence_counts(SPLIT_MASK, SPLIT_EPISODES)
+    loss = aggregate(SPLIT_LOSS, SPLIT_MASK, "seq-mean-token-mean", 5, num_episodes, None, row_episode_tokens)
+    assert loss.item() == pytest.approx(3.25)

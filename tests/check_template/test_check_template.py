@@ -1,10 +1,11 @@
-"""The template pre-flight passes the tiny policy's template and names the turn and token of known breakages."""
+"""The template pre-flight passes the tiny policy's template, names the turn, token and text of
+history rewrites (which train as segments) and fails only templates that cannot train."""
 
 from __future__ import annotations
 
 from transformers import AutoTokenizer
 
-from agentrl.check_template import check_template, conversations, renders_tools
+from agentrl.check_template import History, check_template, conversations, renders_tools
 from agentrl.check_template.__main__ import main
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
@@ -39,6 +40,11 @@ STRIPS_EARLIER_REASONING = CHATML.replace(
 TRIMS_WHITESPACE = CHATML.replace("CONTENT", "(message.content | trim)")
 DROPS_EARLIER_TOOL_CALLS = CHATML.replace(
     "CONTENT", "(message.content if loop.last else message.content.split('<tool_call>')[0])"
+)
+# Closes only the last assistant turn with <|im_end|>: an earlier turn loses the token it stopped on.
+LOSES_EARLIER_END_TOKEN = CHATML.replace("CONTENT", "message.content").replace(
+    "{{- '<|im_end|>\\n' }}{%- elif message.role == 'tool' %}",
+    "{{- '<|im_end|>\\n' if loop.last else '\\n' }}{%- elif message.role == 'tool' %}",
 )
 RENDERS_TOOLS = (
     "{%- if tools %}{{- '<|im_start|>system\\ntools: ' + (tools | tojson) + '<|im_end|>\\n' }}{%- endif %}"
@@ -89,34 +95,46 @@ def test_loss_mask_is_one_exactly_on_the_sampled_text_and_its_end_of_turn_token(
     )
 
 
-def test_a_template_that_strips_earlier_reasoning_fails_at_the_first_reasoning_token_of_turn_1():
+def test_a_template_that_strips_earlier_reasoning_rewrites_history_at_turn_1_and_trains_as_segments():
     template = template_with(STRIPS_EARLIER_REASONING)
     report = check_template(template, [IM_END], conversations(with_tools=False))
-    [violation] = report.violations
-    assert (violation.check, violation.conversation, violation.turn) == ("prefix", "reasoning", 1)
-    assert violation.token_index == prompt_length(template, "reasoning")
-    assert "observation after turn 1: token" in violation.message
-    assert "is 30 '<' in training but 54 'T' in the full re-render" in violation.message
+    assert report.ok and report.history is History.REWRITES and report.training_mode == "segments"
+    [rewrite] = report.rewrites
+    assert (rewrite.conversation, rewrite.turn) == ("reasoning", 1)
+    assert rewrite.token_index == prompt_length(template, "reasoning")
+    assert rewrite.dropped == "<think>\n3 plus 4 is 7.\n</think>\n\n"
+    assert "observation after turn 1: token" in rewrite.message
+    assert "is 30 '<' in training but 54 'T' in the full re-render" in rewrite.message
 
 
-def test_a_template_that_trims_whitespace_fails_on_the_leading_space_the_model_sampled():
+def test_a_template_that_trims_whitespace_rewrites_the_leading_space_the_model_sampled():
     template = template_with(TRIMS_WHITESPACE)
     report = check_template(template, [IM_END], conversations(with_tools=False))
-    [violation] = report.violations
-    assert (violation.check, violation.conversation, violation.turn) == ("prefix", "whitespace", 1)
-    assert violation.token_index == prompt_length(template, "whitespace")
-    assert "sampled turn: token" in violation.message
-    assert r"is 287 ' \\' in training but 432 '\\boxed' in the full re-render" in violation.message
+    assert report.ok
+    [rewrite] = report.rewrites
+    assert (rewrite.conversation, rewrite.turn, rewrite.dropped) == ("whitespace", 1, " ")
+    assert rewrite.token_index == prompt_length(template, "whitespace")
+    assert r"is 287 ' \\' in training but 432 '\\boxed' in the full re-render" in rewrite.message
 
 
-def test_a_template_that_drops_earlier_tool_calls_fails_at_the_tool_call_of_turn_1():
+def test_a_template_that_drops_earlier_tool_calls_rewrites_history_at_the_tool_call_of_turn_1():
     template = template_with(DROPS_EARLIER_TOOL_CALLS)
     report = check_template(template, [IM_END], conversations(with_tools=True))
-    assert [(v.conversation, v.turn, v.token_index) for v in report.violations] == [
+    assert report.ok
+    assert [(r.conversation, r.turn, r.token_index) for r in report.rewrites][:2] == [
         ("tool_call", 1, prompt_length(template, "tool_call", with_tools=True)),
         ("parallel_tool_calls", 1, prompt_length(template, "parallel_tool_calls", with_tools=True)),
     ]
-    assert "'<tool_call>' in training but" in report.violations[0].message
+    assert report.rewrites[0].dropped.startswith("<tool_call>")
+    assert "'<tool_call>' in training but" in report.rewrites[0].message
+
+
+def test_a_template_that_loses_the_end_token_of_an_earlier_turn_cannot_train():
+    report = check_template(template_with(LOSES_EARLIER_END_TOKEN), [IM_END], conversations(with_tools=False))
+    assert [(v.check, v.conversation, v.turn) for v in report.violations] == [
+        ("end_of_turn", "system_and_retry", 1), ("end_of_turn", "reasoning", 1), ("end_of_turn", "whitespace", 1),
+    ]  # fmt: skip
+    assert "does not render the end token the sampled turn stopped on" in report.violations[0].message
 
 
 def test_the_same_chatml_without_a_breakage_passes():
@@ -143,17 +161,29 @@ def test_a_template_without_a_generation_prompt_is_a_violation():
     assert report.violations[0].check == "generation_prompt"
 
 
-def test_the_command_exits_0_on_the_tiny_policy_and_1_on_a_broken_template(tmp_path, capsys):
+def test_the_command_says_how_each_template_trains_and_exits_1_only_when_it_cannot(tmp_path, capsys):
     assert main([str(DEFAULT_MODEL_PATH), "--tools"]) == 0
-    assert capsys.readouterr().out.endswith("ok: the template keeps every token training relies on\n")
-    broken = tmp_path / "broken"
-    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_PATH)
-    tokenizer.chat_template = STRIPS_EARLIER_REASONING
-    tokenizer.save_pretrained(broken)
-    assert main([str(broken)]) == 1
     output = capsys.readouterr().out
-    assert "VIOLATION [prefix] reasoning turn 1 token" in output
+    assert output.startswith("family: generic (model.renderer=auto detects generic;")
+    assert "history: appends" in output and "trains each episode as one sample (single)" in output
+    assert output.endswith("ok: the template keeps every token training relies on\n")
+    for name, source in (("strips", STRIPS_EARLIER_REASONING), ("loses", LOSES_EARLIER_END_TOKEN)):
+        tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_PATH)
+        tokenizer.chat_template = source
+        tokenizer.save_pretrained(tmp_path / name)
+    assert main([str(tmp_path / "strips")]) == 0
+    output = capsys.readouterr().out
+    assert "reasoning after turn 1, token" in output and "drops or changes '<think>" in output
+    assert "trains these episodes as segments" in output
+    assert main([str(tmp_path / "loses")]) == 1
+    output = capsys.readouterr().out
+    assert "VIOLATION [end_of_turn] system_and_retry turn 1 token" in output
     assert output.endswith("FAILED\n")
+
+
+def test_the_command_rejects_an_unknown_renderer_naming_the_valid_ones(capsys):
+    assert main([str(DEFAULT_MODEL_PATH), "--renderer", "qwen"]) == 2
+    assert "'qwen' is not a renderer. Did you mean 'qwen3'?" in capsys.readouterr().err
 
 
 def test_a_template_that_reads_the_clock_fails_the_determinism_check_alone_and_shows_the_differing_text():
@@ -184,10 +214,10 @@ def test_tool_calls_are_checked_without_the_flag_when_the_template_renders_tools
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_PATH)
     tokenizer.chat_template = DROPS_EARLIER_TOOL_CALLS
     tokenizer.save_pretrained(saved)
-    assert main([str(saved)]) == 1
+    assert main([str(saved)]) == 0
     output = capsys.readouterr().out
-    assert "VIOLATION [prefix] tool_call turn 1 token" in output
-    assert "VIOLATION [prefix] parallel_tool_calls turn 1 token" in output
+    assert "tool_call after turn 1, token" in output
+    assert "parallel_tool_calls after turn 1, token" in output
 
 
 def test_a_template_without_tools_is_checked_on_chat_conversations_only():

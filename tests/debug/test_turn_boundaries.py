@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 
 from agentrl.config_loader import load_config
 from agentrl.debug.__main__ import build_setup
-from agentrl.debug.replay import check_render
+from agentrl.debug.replay import check_render, sample_views
 from agentrl.env import make
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.rollout.config import Budgets, Sampling
@@ -142,4 +142,9 @@ def test_the_policy_sampling_im_start_at_temperature_2_5_stops_there_and_trains_
     assert turn.finish_reason == SPECIAL_TOKEN_FINISH
     assert episode.trajectory.num_template_mismatches == 0
     opening = setup.row["prompt"]
-    assert check_render(setup.template, opening, None, episode.trajectory).mismatch is None
+    # Sampled tokens that are not the tokenizer's own split of their text end their sample (the next
+    # context's render does not extend them): every sample is checked against its own renders.
+    views = sample_views(opening, episode.trajectory)
+    assert len(views) == len(episode.trajectory.samples())
+    for context, sample in views:
+        assert check_render(setup.template, context, None, sample).mismatch is None

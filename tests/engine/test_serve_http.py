@@ -201,5 +201,5 @@ def test_the_serve_command_names_a_model_path_it_cannot_load_and_exits_2(capsys)
     assert main(["--model", "/no/such/model", "--device", "cpu", "--port", "0"]) == 2
     assert capsys.readouterr().err == (
         "error: --model=/no/such/model: no such model directory; give a directory saved with "
-        "save_pretrained, a hub id such as Qwen/Qwen2.5-0.5B-Instruct, or tiny (the bundled policy)\n"
+        "save_pretrained, a hub id such as Qwen/Qwen2.5-0.5B-Instruct, or tiny or tiny_think (the bundled policies)\n"
     )

@@ -1,4 +1,8 @@
-"""The SGLang client end to end against `python -m agentrl.engine.serve` running the bundled tiny policy."""
+"""The SGLang client end to end against `python -m agentrl.engine.serve` running the bundled tiny policy.
+
+The server runs with `--strict-sglang`, so it answers as SGLang would at run time too: a flush
+while requests run is refused, and seeds are read only with `--enable-deterministic-inference`.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import torch
 from aiohttp import web
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from safetensors import safe_open
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.engine.builtin.engine import TransformersEngine
 from agentrl.engine.config import EngineConfig
@@ -31,8 +36,19 @@ SEEDED = SamplingParams(max_new_tokens=12, temperature=1.0, seed=7)
 def server_url() -> Iterator[str]:
     """One server for the module; single-threaded so its arithmetic matches the in-process engine."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    serve = [sys.executable, "-m", "agentrl.engine.serve"]
-    command = [*serve, "--model", MODEL, "--port", "0", "--device", "cpu"]
+    strict = ["--strict-sglang", "--enable-deterministic-inference"]
+    command = [
+        sys.executable,
+        "-m",
+        "agentrl.engine.serve",
+        *strict,
+        "--model",
+        MODEL,
+        "--port",
+        "0",
+        "--device",
+        "cpu",
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         lines = []
@@ -147,6 +163,54 @@ async def test_update_weights_keeps_only_the_served_export_on_disk(server_url: s
     finally:
         await engine.close()
     assert tmp_path.exists()  # a weights_dir the user chose is not removed
+
+
+async def test_weight_syncs_while_multi_turn_episodes_keep_generating_all_succeed(
+    client: SGLangEngine, tmp_path
+) -> None:
+    """Async rollout: episodes keep generating across every weight sync, as `rollout.mode=async` does.
+
+    SGLang (and the strict server) refuses a /flush_cache while any request runs; a client that
+    flushed after each load died here at the first sync.
+    """
+    state_dict = AutoModelForCausalLM.from_pretrained(MODEL).state_dict()
+    first = await client.policy_version()
+    syncs_done = asyncio.Event()
+    served_versions: set[int] = set()
+
+    async def episode(opening: int) -> None:
+        prompt_ids = [1, opening, 41, 42]
+        while not syncs_done.is_set():
+            generation = await client.generate(prompt_ids, SamplingParams(max_new_tokens=6, temperature=1.0))
+            served_versions.add(generation.policy_version)
+            prompt_ids = [*prompt_ids, *generation.completion_ids, 7, 8][-48:]  # the next turn
+
+    episodes = [asyncio.create_task(episode(40 + i)) for i in range(8)]
+    try:
+        for version in range(first + 1, first + 4):
+            await asyncio.sleep(0.2)  # every episode is mid-conversation
+            await client.update_weights(state_dict, version=version)
+            assert await client.policy_version() == version
+    finally:
+        syncs_done.set()
+        await asyncio.gather(*episodes)
+    assert served_versions == set(range(first, first + 4))
+
+
+async def test_a_bfloat16_server_is_sent_a_bfloat16_export(server_url: str, tmp_path) -> None:
+    engine = SGLangEngine(server_url, model_path=MODEL, dtype="bfloat16", weights_dir=tmp_path)
+    try:
+        state_dict = AutoModelForCausalLM.from_pretrained(MODEL).state_dict()  # float32, as the trainer's
+        version = await engine.policy_version() + 1
+        await engine.update_weights(state_dict, version=version)
+        assert (await engine.generate(PROMPT, SEEDED)).policy_version == version
+    finally:
+        await engine.close()
+    export = tmp_path / f"version_{version}"
+    with safe_open(export / "model.safetensors", framework="pt") as weights:
+        names = weights.keys()
+        assert {weights.get_slice(name).get_dtype() for name in names} == {"BF16"}
+    assert AutoConfig.from_pretrained(export).dtype == torch.bfloat16
 
 
 # ---- failures: fake servers that fail on purpose ----

@@ -7,9 +7,11 @@ import asyncio
 import importlib.util
 
 import pytest
+import torch
 from aiohttp import web
 from pydantic import ValidationError
 
+from agentrl.config_loader import load_config
 from agentrl.engine.builtin.engine import TransformersEngine
 from agentrl.engine.config import EngineConfig, ModelConfig
 from agentrl.engine.factory import build_engine
@@ -33,6 +35,7 @@ BUILD = {"seed": 0}
         ({"backend": "sglang", "url": "http://h:1", "decode_lookahead": 2}, "engine.decode_lookahead does not apply"),
         ({"backend": "sglang", "url": "http://h:1", "launch_args": ["--tp", "2"]}, "engine.launch_args is read only"),
         ({"backend": "sglang", "url": "h:1"}, "engine.url='h:1' must start with http:// or https://"),
+        ({"deterministic": True}, "engine.deterministic does not apply to engine.backend=transformers"),
     ],
 )  # fmt: skip
 def test_engine_settings_that_would_be_ignored_are_rejected(fields: dict, message: str) -> None:
@@ -61,7 +64,7 @@ async def test_build_engine_refuses_a_server_that_does_not_report_a_decimal_vers
         return web.json_response({"model_path": "m", "weight_version": "default"})  # SGLang's default
 
     app = web.Application()
-    app.router.add_get("/get_model_info", model_info)
+    app.router.add_get("/model_info", model_info)
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -75,6 +78,42 @@ async def test_build_engine_refuses_a_server_that_does_not_report_a_decimal_vers
                 EngineConfig(backend="sglang", url=f"http://{host}:{port}"),
                 **BUILD,
             )
+    finally:
+        await runner.cleanup()
+
+
+def test_a_run_whose_sglang_server_ignores_seeds_is_warned_once() -> None:
+    (warning,) = load_config(["engine=sglang", "engine.url=http://127.0.0.1:1"]).warnings()
+    assert "SGLang ignores every request's sampling_seed" in warning
+    assert "set engine.deterministic=true" in warning
+    assert (
+        load_config(
+            ["engine=sglang", "engine.url=http://127.0.0.1:1", "engine.deterministic=true"]
+        ).warnings()
+        == []
+    )
+    assert load_config([]).warnings() == []  # the built-in engine reads every seed
+
+
+async def test_build_engine_exports_weights_in_the_models_dtype() -> None:
+    async def model_info(request: web.Request) -> web.Response:
+        return web.json_response({"model_path": "m", "weight_version": "0"})
+
+    app = web.Application()
+    app.router.add_get("/model_info", model_info)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    try:
+        engine = await asyncio.to_thread(
+            build_engine,
+            ModelConfig(dtype="bfloat16"),
+            EngineConfig(backend="sglang", url=f"http://{host}:{port}"),
+            **BUILD,
+        )
+        assert engine.dtype == torch.bfloat16
+        await engine.close()
     finally:
         await runner.cleanup()
 
@@ -98,13 +137,18 @@ async def test_a_launched_server_answers_and_is_stopped_by_close() -> None:
         port=0,
         dtype="float32",
         seed=0,
-        extra_args=["--device", "cpu"],
+        deterministic=True,
+        extra_args=["--device", "cpu", "--strict-sglang"],  # reads seeds only with the flag, as SGLang
         startup_timeout_s=300,
         module="agentrl.engine.serve",
     )
+    assert "--enable-deterministic-inference" in server.process.args
     engine = SGLangEngine(server.url, model_path=MODEL, server=server)
     generation = await engine.generate([1, 40, 41], SamplingParams(max_new_tokens=3, temperature=0.0))
     assert (len(generation.completion_ids), generation.policy_version) == (3, 0)
+    seeded = SamplingParams(max_new_tokens=8, temperature=1.0, seed=5)
+    first, second = [await engine.generate([1, 40, 41], seeded) for _ in range(2)]
+    assert (first.completion_ids, first.logprobs) == (second.completion_ids, second.logprobs)
     await engine.close()
     assert server.process.returncode is not None
 

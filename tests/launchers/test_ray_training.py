@@ -44,8 +44,8 @@ def episodes(run_dir: Path, step: int) -> list[tuple]:
     "placement",
     [
         ["ray.placement=colocated"],
-        # Two workers and one engine actor share the instance's two CPUs.
-        ["ray.placement=split", "ray.num_engines=1", "ray.num_cpus_per_worker=0.5"],
+        # Default sizes: two workers and one engine actor share the instance's two CPUs out.
+        ["ray.placement=split"],
     ],
     ids=["colocated", "split"],
 )
@@ -64,11 +64,15 @@ def test_two_ray_policy_workers_train_what_one_process_trains(
     assert not (tmp_path / "weight_sync").exists()  # the split run's weight exports are removed
 
 
-def test_a_cluster_too_small_for_the_workers_fails_with_what_was_asked(ray_instance, tmp_path, capsys):
-    overrides = ["trainer.launcher=ray", "ray.num_workers=3", "ray.startup_timeout_s=2"]
+def test_a_cluster_too_small_for_the_workers_fails_at_once_with_what_was_asked(
+    ray_instance, tmp_path, capsys
+):
+    # No ray.startup_timeout_s here: the default 300 s wait is not taken, the cluster cannot hold them.
+    overrides = ["trainer.launcher=ray", "ray.num_workers=3", "ray.num_cpus_per_worker=1"]
     assert main([*TINY_RUN, *overrides, f"trainer.run_dir={tmp_path}"]) == 2
     error = capsys.readouterr().err
-    assert "could not hold 3 policy workers of {'CPU': 1.0}" in error
+    assert "cannot hold 3 policy workers of {'CPU': 1.0}" in error
+    assert "it has 2 CPU" in error
     assert "Lower ray.num_workers" in error
 
 

@@ -9,12 +9,10 @@ from agentrl.parsing import (
     ParsedReply,
     ToolCall,
     calls_of_message,
-    parse_tool_calls,
-    register_tool_call_parser,
-    tool_call_parser,
-    tool_calls,
 )
+from agentrl.renderers import reply_parser
 
+parse_tool_calls = HermesToolCallParser().parse
 SHAPE = 'a tool call must be a JSON object {"name": <tool name>, "arguments": <JSON object>}'
 NOT_A_CALL = MalformedCall(Malformation.NOT_A_CALL, f"Error: {SHAPE}.")
 
@@ -93,26 +91,11 @@ def test_an_unclosed_call_is_explained_and_left_out_of_the_content():
     )
 
 
-def test_formats_are_looked_up_by_name_and_a_typo_names_the_closest():
-    assert isinstance(tool_call_parser("hermes"), HermesToolCallParser)
-    with pytest.raises(ValueError, match="unknown tool-call format 'hermse'. Did you mean 'hermes'"):
-        parse_tool_calls("", parser="hermse")
-    with pytest.raises(ValueError, match="already registered as 'hermes'"):
-        register_tool_call_parser("hermes", HermesToolCallParser())
-
-
-def test_a_registered_parser_is_used_by_name(monkeypatch):
-    monkeypatch.setattr(tool_calls, "_parsers", dict(tool_calls._parsers))  # registered for this test only
-
-    class Bracketed:
-        def parse(self, text):
-            name, _, rest = text.strip("[]").partition(" ")
-            return ParsedReply("", (ToolCall(name, {"text": rest}),))
-
-    register_tool_call_parser("bracketed-test-format", Bracketed())
-    assert parse_tool_calls("[echo hi]", parser="bracketed-test-format").calls == (
-        ToolCall("echo", {"text": "hi"}),
-    )
+def test_the_hermes_format_is_the_generic_and_qwen_renderers_parser():
+    assert isinstance(reply_parser("generic"), HermesToolCallParser)
+    assert isinstance(reply_parser("qwen2.5"), HermesToolCallParser)
+    with pytest.raises(ValueError, match="renderer='hermse' is not a renderer"):
+        reply_parser("hermse")
 
 
 def test_structured_calls_of_an_openai_message_accept_object_or_string_arguments():

@@ -102,16 +102,18 @@ def test_an_infra_error_is_a_sandbox_error_and_is_retried_with_the_same_task(tok
 
 def test_a_chat_template_that_rejects_the_envs_messages_is_an_env_error(tokenizer, template):
     env = BoundaryEnv(([{"role": "tool", "content": "x"}], 0.0, False, False, {}))
-    original = template.observation_delta
+    original = template.prompt_ids
 
-    def broken(*args, **kwargs):
-        raise TypeError("template cannot render a tool message here")
+    def broken(messages, tools):
+        if any(message["role"] == "tool" for message in messages):
+            raise TypeError("template cannot render a tool message here")
+        return original(messages, tools)
 
-    template.observation_delta = broken
+    template.prompt_ids = broken
     try:
         trajectory = run(env, tokenizer, template)
     finally:
-        template.observation_delta = original
+        template.prompt_ids = original
     assert trajectory.status is Status.ENV_ERROR
     assert "chat template failed on the env's messages: TypeError" in trajectory.error
 

@@ -22,6 +22,7 @@ def micro_batch(loss_mask, old_logprobs, advantages, ref_logprobs=None) -> Train
         advantages=torch.tensor(advantages, dtype=torch.float64).expand(shape) * loss_mask,
         rollout_logprobs=torch.zeros(shape, dtype=torch.float64),
         group_ids=torch.arange(shape[0]),
+        episode_ids=torch.arange(shape[0]),
         old_logprobs=old_logprobs,
         ref_logprobs=old_logprobs
         if ref_logprobs is None

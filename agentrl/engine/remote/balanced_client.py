@@ -10,7 +10,8 @@ engine and every policy worker generates through one of these clients.
   When a server fails a request, the episode is routed afresh on its next call (the rollout
   reruns it with the same seeds), away from the failing server where another is as free.
 - Weight sync goes through the servers' `/update_weights_from_disk`, from one Hugging Face
-  export on disk. With several policy workers, all of them call `update_weights` after each
+  export on disk, or with `distributed_sync` over one process group with all of them
+  (`weight_sender`: the trainer is rank 0, server i rank i + 1). With several policy workers, all of them call `update_weights` after each
   step (they run the same loop), but only the one built with `updates_weights=True` exports
   and loads; the others wait until every server reports the new version, so no worker samples
   the next step from old weights.
@@ -28,8 +29,9 @@ from pathlib import Path
 import torch
 
 from agentrl.engine.protocol import Generation, SamplingParams
-from agentrl.engine.remote.sglang_client import SGLangEngine, export_checkpoint
+from agentrl.engine.remote.sglang_client import SGLangEngine, export_checkpoint, export_dtype
 from agentrl.engine.remote.sglang_protocol import EngineRequestError
+from agentrl.engine.remote.weight_sender import DistributedSyncSettings
 
 VERSION_POLL_INTERVAL_S = 0.05  # how often a waiting worker asks the servers for their version
 
@@ -37,11 +39,13 @@ VERSION_POLL_INTERVAL_S = 0.05  # how often a waiting worker asks the servers fo
 class BalancedEngine:
     """Generation over `servers` with per-episode sticky routing; weight sync to all of them.
 
-    `servers`: one client per server, all serving the same model. `weights_dir`: where the
+    `servers`: one client per server, all serving the same model, in `dtype` (the exports' dtype).
+    `weights_dir`: where the
     export the servers load is written (a path every server can read; None: a temporary
     directory, removed on close). `updates_weights`: whether this client exports and loads the
     weights (one per run) or waits for the servers to report each new version.
-    `version_timeout_s`: how long a waiting client waits for that.
+    `version_timeout_s`: how long a waiting client waits for that. `distributed_sync`: broadcast
+    the weights over a process group instead of exporting them.
     """
 
     def __init__(
@@ -50,8 +54,10 @@ class BalancedEngine:
         *,
         model_path: str,
         updates_weights: bool,
+        dtype: str = "float32",
         weights_dir: str | Path | None = None,
         version_timeout_s: float = 600.0,
+        distributed_sync: DistributedSyncSettings | None = None,
     ) -> None:
         if not servers:
             raise ValueError("BalancedEngine needs at least one server, got an empty list")
@@ -59,6 +65,7 @@ class BalancedEngine:
             raise ValueError(f"version_timeout_s={version_timeout_s} must be > 0")
         self.servers = servers
         self.model_path = model_path
+        self.dtype = export_dtype(dtype)
         self.updates_weights = updates_weights
         self.version_timeout_s = version_timeout_s
         self._owns_weights_dir = weights_dir is None
@@ -69,6 +76,10 @@ class BalancedEngine:
         # Entries disappear with their task: a finished episode holds no route.
         self._routes: weakref.WeakKeyDictionary[asyncio.Task, int] = weakref.WeakKeyDictionary()
         self._last_export: Path | None = None
+        self.weight_sync = "disk" if distributed_sync is None else "distributed"  # read by the trainer loop
+        self._sender = None
+        if distributed_sync is not None and updates_weights:
+            self._sender = distributed_sync.sender(list(servers), self.dtype)
 
     def route(self) -> int:
         """The server index for the calling episode (its asyncio task): sticky once chosen."""
@@ -102,8 +113,12 @@ class BalancedEngine:
         if not self.updates_weights:
             await self._wait_for_version(version)
             return
+        if self._sender is not None:
+            await self._sender.send(state_dict, version)
+            await self._wait_for_version(version)  # every server answered; this checks what they report
+            return
         export = self.weights_dir / f"version_{version}"
-        await asyncio.to_thread(export_checkpoint, state_dict, export, self.model_path)
+        await asyncio.to_thread(export_checkpoint, state_dict, export, self.model_path, self.dtype)
         await asyncio.gather(*(server.update_weights_from_disk(export, version) for server in self.servers))
         if self._last_export is not None and self._last_export != export:
             shutil.rmtree(self._last_export, ignore_errors=True)  # only the served export is kept
@@ -125,6 +140,8 @@ class BalancedEngine:
 
     async def close(self) -> None:
         """Close every server's client (the servers keep running) and remove a temporary weights_dir."""
+        if self._sender is not None:
+            await self._sender.close()
         await asyncio.gather(*(server.close() for server in self.servers))
         if self._owns_weights_dir:
             shutil.rmtree(self.weights_dir, ignore_errors=True)

@@ -12,10 +12,15 @@
   unusable, `EngineRequestError` is raised, which the rollout records as an engine_error
   trajectory.
 - Weight sync: HTTP cannot carry tensors cheaply, so `update_weights` writes the state dict as a
-  Hugging Face checkpoint under `weights_dir` (a path the server can read), then asks the server
-  to load it (`/update_weights_from_disk` with `weight_version` = the policy version), flushes the
-  prefix cache and checks the version the server reports. Every generation carries the version
-  that produced it (`meta_info.weight_version`).
+  Hugging Face checkpoint in the server's dtype under `weights_dir` (a path the server can read),
+  then asks the server to load it (`/update_weights_from_disk` with `weight_version` = the policy
+  version) and checks the version `/model_info` reports. No `/flush_cache` follows: SGLang flushes
+  inside the update, and refuses a flush (HTTP 400) while any request runs, which in async
+  rollout is always. Every generation carries the version that produced it
+  (`meta_info.weight_version`).
+- With `distributed_sync` (`engine.weight_sync=distributed`) nothing is written to disk: the
+  weights are broadcast over a process group the client opens with the server
+  (`/init_weights_update_group`, `/update_weights_from_distributed`; `weight_sender`).
 """
 
 from __future__ import annotations
@@ -41,8 +46,10 @@ from agentrl.engine.remote.sglang_protocol import (
     generation_from_response,
     parse_version,
 )
+from agentrl.engine.remote.weight_sender import DistributedSyncSettings
 
 CONNECT_TIMEOUT_S = 10.0  # a server that does not accept the connection by then is retried
+EXPORT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class ServerUnavailable(Exception):
@@ -53,7 +60,9 @@ class SGLangEngine:
     """Generation and weight sync against one SGLang-protocol server at `url`.
 
     `model_path`: the served model's HF directory or hub id; its config is written next to each
-    weight export. `server`: a process this engine launched and stops on `close()`.
+    weight export. `dtype`: the server's weights dtype, which exports are written in (a bfloat16
+    server needs half the bytes of float32). `server`: a process this engine launched and stops
+    on `close()`. `distributed_sync`: send weights over a process group instead of through disk.
     """
 
     def __init__(
@@ -61,12 +70,14 @@ class SGLangEngine:
         url: str,
         *,
         model_path: str,
+        dtype: str = "float32",
         request_timeout_s: float = 600.0,
         max_retries: int = 3,
         max_connections: int = 256,
         weights_dir: str | Path | None = None,
         api_key: str | None = None,
         server: LaunchedServer | None = None,
+        distributed_sync: DistributedSyncSettings | None = None,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"url={url!r} must start with http:// or https://")
@@ -77,6 +88,7 @@ class SGLangEngine:
             )
         self.url = url.rstrip("/")
         self.model_path = model_path
+        self.dtype = export_dtype(dtype)
         self.request_timeout_s = request_timeout_s
         self.max_retries = max_retries
         self.max_connections = max_connections
@@ -87,6 +99,12 @@ class SGLangEngine:
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
         self._last_export: Path | None = None
+        self._sender = None if distributed_sync is None else distributed_sync.sender([self], self.dtype)
+
+    @property
+    def weight_sync(self) -> str:
+        """`engine.weight_sync`: 'distributed' sends device tensors, so the trainer keeps them on its device."""
+        return "disk" if self._sender is None else "distributed"
 
     # ---- InferenceEngine ----
 
@@ -96,9 +114,14 @@ class SGLangEngine:
         return generation_from_response(body)
 
     async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        """Export `state_dict` under `weights_dir`, have the server load it as `version`, check it."""
+        """Export `state_dict` under `weights_dir` (or broadcast it: `distributed_sync`), have the server
+        load it as `version`, check it."""
+        if self._sender is not None:
+            await self._sender.send(state_dict, version)
+            await self._check_version(version)
+            return
         export = self.weights_dir / f"version_{version}"
-        await asyncio.to_thread(export_checkpoint, state_dict, export, self.model_path)
+        await asyncio.to_thread(export_checkpoint, state_dict, export, self.model_path, self.dtype)
         try:
             await self._load_from_disk(export, version)
         except EngineRequestError as error:
@@ -106,13 +129,15 @@ class SGLangEngine:
                 f"{error} (the server must be able to read {export}: on another machine, set "
                 "engine.weights_dir to a directory both can reach)"
             ) from None
-        await self._flush_and_check(version)
+        await self._check_version(version)
         if self._last_export is not None and self._last_export != export:
             shutil.rmtree(self._last_export, ignore_errors=True)  # only the served export is kept
         self._last_export = export
 
     async def close(self) -> None:
         """Close the session, remove a temporary weights_dir and stop a launched server."""
+        if self._sender is not None:
+            await self._sender.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -125,13 +150,14 @@ class SGLangEngine:
     # ---- SGLang's control routes ----
 
     async def update_weights_from_disk(self, path: str | Path, version: int) -> None:
-        """Load the HF checkpoint at `path` (as the server sees it) as `version`, flush, check.
+        """Load the HF checkpoint at `path` (as the server sees it) as `version`, and check it.
 
-        Requests in flight finish on the old weights (both SGLang and the built-in server wait
-        for them). A server that answers with another version raises EngineRequestError.
+        Requests in flight finish on the old weights and the server drops its prefix cache
+        itself (both SGLang and the built-in server). A server that answers with another version
+        raises EngineRequestError.
         """
         await self._load_from_disk(path, version)
-        await self._flush_and_check(version)
+        await self._check_version(version)
 
     async def _load_from_disk(self, path: str | Path, version: int) -> None:
         body = {"model_path": str(path), "weight_version": str(version)}
@@ -139,18 +165,18 @@ class SGLangEngine:
         if not answer.get("success"):
             raise EngineRequestError(f"/update_weights_from_disk failed: {answer.get('message')}")
 
-    async def _flush_and_check(self, version: int) -> None:
-        await self.flush_cache()
+    async def _check_version(self, version: int) -> None:
         served = await self.policy_version()
         if served != version:
             raise EngineRequestError(f"server serves weight_version {served} after loading version {version}")
 
     async def flush_cache(self) -> None:
+        """Drop the server's prefix cache; SGLang refuses (EngineRequestError) while requests run."""
         await self._call("POST", "/flush_cache", None, answers_json=False)  # SGLang answers plain text
 
     async def policy_version(self) -> int:
-        """The version the server reports now (`/get_model_info`'s weight_version)."""
-        return parse_version((await self._call("GET", "/get_model_info", None)).get("weight_version"))
+        """The version the server reports now (`/model_info`'s weight_version)."""
+        return parse_version((await self._call("GET", "/model_info", None)).get("weight_version"))
 
     async def release_memory_occupation(self, tags: list[str] | None = None) -> None:
         """Free the server's GPU memory (SGLang: weights and/or kv_cache) while training runs."""
@@ -208,6 +234,14 @@ class SGLangEngine:
                 f"{self.request_timeout_s}; last failure: {last_failure}"
             ) from None
 
+    async def post_once(self, path: str, body: dict[str, Any]) -> Any:
+        """POST `body` once, without retries (a repeated weights-update request would join or receive
+        twice) and without a deadline of its own (the caller's covers the collective too)."""
+        try:
+            return await self._attempt("POST", path, body, True)
+        except ServerUnavailable as failure:
+            raise EngineRequestError(f"POST {self.url}{path} failed: {failure}") from None
+
     async def _attempt(self, method: str, path: str, body: dict[str, Any] | None, answers_json: bool) -> Any:
         session = self._session_for_this_loop()
         try:
@@ -227,8 +261,17 @@ class SGLangEngine:
             raise EngineRequestError(f"{method} {path} answered non-JSON: {text[:500]!r}") from None
 
 
-def export_checkpoint(state_dict: dict[str, torch.Tensor], directory: Path, model_path: str) -> None:
-    """Write `state_dict` and the model's config as an HF checkpoint directory, atomically.
+def export_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a `model.dtype` name; ValueError for another name."""
+    if name not in EXPORT_DTYPES:
+        raise ValueError(f"dtype={name!r} must be one of {sorted(EXPORT_DTYPES)} (the server's --dtype)")
+    return EXPORT_DTYPES[name]
+
+
+def export_checkpoint(
+    state_dict: dict[str, torch.Tensor], directory: Path, model_path: str, dtype: torch.dtype
+) -> None:
+    """Write `state_dict` in `dtype`, with the model's config, as an HF checkpoint directory, atomically.
 
     Tied weights (one tensor under two names) are written once, under the first name, as
     `save_pretrained` does; the loader ties them again from the config.
@@ -236,7 +279,9 @@ def export_checkpoint(state_dict: dict[str, torch.Tensor], directory: Path, mode
     staging = directory.with_name(directory.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    AutoConfig.from_pretrained(model_path).save_pretrained(staging)
+    config = AutoConfig.from_pretrained(model_path)
+    config.dtype = dtype  # what the checkpoint holds, for a server started with --dtype auto
+    config.save_pretrained(staging)
     tensors: dict[str, torch.Tensor] = {}
     seen: set[tuple[int, int]] = set()
     for name, tensor in state_dict.items():
@@ -244,7 +289,7 @@ def export_checkpoint(state_dict: dict[str, torch.Tensor], directory: Path, mode
         if key in seen:
             continue
         seen.add(key)
-        tensors[name] = tensor.detach().to("cpu").contiguous()
+        tensors[name] = tensor.detach().to(device="cpu", dtype=dtype).contiguous()
     save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
     shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)  # the server never sees a half-written checkpoint

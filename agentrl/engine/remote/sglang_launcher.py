@@ -34,8 +34,9 @@ STOP_GRACE_S = 30.0
 
 
 def probe_server(url: str, *, timeout_s: float, api_key: str | None = None) -> int:
-    """The policy version a running server reports (`GET /get_model_info`); raises EngineRequestError."""
-    request = urllib.request.Request(f"{url.rstrip('/')}/get_model_info", headers=auth_headers(api_key))
+    """The policy version a running server reports (`GET /model_info`); raises EngineRequestError."""
+    # Not /get_model_info: SGLang 0.5.23 answers it too but logs a deprecation warning per call.
+    request = urllib.request.Request(f"{url.rstrip('/')}/model_info", headers=auth_headers(api_key))
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             info = json.load(response)
@@ -84,6 +85,7 @@ class LaunchedServer:
         port: int,
         dtype: str,
         seed: int,
+        deterministic: bool = False,
         extra_args: list[str],
         startup_timeout_s: float,
         module: str = SGLANG_MODULE,
@@ -92,6 +94,8 @@ class LaunchedServer:
 
         `module` is SGLang's server unless a caller names another that takes the same flags
         (`agentrl.engine.serve` does, which is how the launcher is tested without SGLang).
+        `deterministic` adds `--enable-deterministic-inference`, without which SGLang ignores
+        every request's `sampling_seed`.
         """
         if importlib.util.find_spec(module.split(".")[0]) is None:
             raise ValueError(
@@ -103,6 +107,7 @@ class LaunchedServer:
             sys.executable, "-m", module, "--model-path", model_path, "--host", "127.0.0.1",
             "--port", str(port), "--dtype", dtype, "--random-seed", str(seed),
             "--weight-version", "0",  # agentrl's policy versions are decimal step numbers
+            *(["--enable-deterministic-inference"] if deterministic else []),
             *extra_args,
         ]  # fmt: skip
         log_path = Path(tempfile.mkdtemp(prefix="agentrl-sglang-")) / "server.log"

@@ -102,7 +102,46 @@ class WireUpdateWeightsFromDisk(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model_path: str
-    weight_version: str | None = None  # None: the served version goes up by one
+    weight_version: str | None = None  # None: up by one (with --strict-sglang, as SGLang: it stays)
+
+
+class WireInitWeightsUpdateGroup(BaseModel):
+    """`POST /init_weights_update_group` body (SGLang's `InitWeightsUpdateGroupReqInput`,
+    python/sglang/srt/managers/io_struct.py): join the trainer's group as rank `rank_offset`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    master_address: str
+    master_port: int = Field(ge=1, le=65535)
+    rank_offset: int = Field(ge=1)  # rank 0 is the trainer
+    world_size: int = Field(ge=2)
+    group_name: str = Field("weight_update_group", min_length=1)
+    backend: Literal["nccl", "gloo"] = "nccl"
+
+
+class WireUpdateWeightsFromDistributed(BaseModel):
+    """`POST /update_weights_from_distributed` body (SGLang's `UpdateWeightsFromDistributedReqInput`):
+    receive the named tensors from rank 0's broadcast; `load_format="flattened_bucket"` is one
+    broadcast of their concatenated bytes, None one broadcast per tensor."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    names: list[str] = Field(min_length=1)
+    dtypes: list[str]
+    shapes: list[list[int]]
+    group_name: str = "weight_update_group"
+    flush_cache: bool = True
+    weight_version: str | None = None  # None: the served version stays
+    load_format: Literal["flattened_bucket"] | None = None
+
+    @model_validator(mode="after")
+    def _one_dtype_and_shape_per_name(self) -> WireUpdateWeightsFromDistributed:
+        if not len(self.names) == len(self.dtypes) == len(self.shapes):
+            raise ValueError(
+                f"names, dtypes and shapes need one entry per tensor (got {len(self.names)}, "
+                f"{len(self.dtypes)}, {len(self.shapes)})"
+            )
+        return self
 
 
 def generate_payload(prompt_ids: list[int], sampling: SamplingParams) -> dict[str, Any]:

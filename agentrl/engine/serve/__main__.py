@@ -2,6 +2,7 @@
 behind the subset of SGLang's native HTTP protocol that `engine=sglang` speaks (`http_server`).
 
     python -m agentrl.engine.serve --model PATH [--host 127.0.0.1] [--port 30000] [--device auto]
+                                   [--strict-sglang] [--enable-deterministic-inference]
 
 It prints `agentrl.engine.serve listening on http://HOST:PORT` once it accepts requests (with
 `--port 0` the port is a free one, read it from that line). Off loopback it needs `--api-key`,
@@ -23,6 +24,7 @@ from agentrl.engine.builtin.model.model_setup import resolve_dtype
 from agentrl.engine.config import ModelConfig, add_engine_flags, engine_config_from_flags
 from agentrl.engine.factory import build_engine
 from agentrl.engine.serve.http_server import ServedEngine, build_app
+from agentrl.engine.serve.weight_receiver import add_weight_transfer_routes
 from agentrl.model_path import load_tokenizer, resolve_model_path
 
 LISTENING = "agentrl.engine.serve listening on"
@@ -47,6 +49,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--weight-version", type=int, default=0, help="policy version served at start")
     parser.add_argument("--api-key", default=None, help="required off loopback: clients send 'Bearer KEY'")
+    parser.add_argument(
+        "--strict-sglang", action="store_true",
+        help="also keep SGLang's runtime rules (no /flush_cache while requests run, sampling_seed read "
+        "only with --enable-deterministic-inference, ...), so a client tested here works against SGLang",
+    )  # fmt: skip
+    parser.add_argument(
+        "--enable-deterministic-inference", dest="deterministic", action="store_true",
+        help="SGLang's flag: requests without a sampling_seed sample with seed 42 (with --strict-sglang, "
+        "sampling_seed is read only with this flag)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if not is_loopback(args.host) and args.api_key is None:
         parser.error(f"--host {args.host} is reachable from other machines; pass --api-key KEY as well")
@@ -75,14 +87,16 @@ def build_served(args: argparse.Namespace) -> ServedEngine:
     )
     return ServedEngine(
         engine, tokenizer, model_path, resolve_dtype(args.dtype), policy_version=args.weight_version,
-        api_key=args.api_key,
+        api_key=args.api_key, strict=args.strict_sglang, deterministic=args.deterministic,
     )  # fmt: skip
 
 
 async def serve(args: argparse.Namespace) -> None:
     """Load the engine, serve until SIGINT/SIGTERM, then close the engine."""
     served = build_served(args)
-    runner = web.AppRunner(build_app(served), access_log=None)
+    app = build_app(served)
+    add_weight_transfer_routes(app)  # engine.weight_sync=distributed
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, args.host, args.port)

@@ -11,9 +11,12 @@ Routes (shapes in `sglang_protocol`):
 - `GET|POST /flush_cache`: drop the engine's prefix cache (after earlier requests finish).
 - `GET|POST /release_memory_occupation`, `/resume_memory_occupation`: pause and resume
   generation. The built-in engine keeps its weights and KV slots allocated; the answer says so.
-- `GET /health`, `GET /get_model_info` (also `/model_info`).
+- `GET /health`, `GET /model_info` (also the deprecated `/get_model_info`).
 
 Weight updates and cache flushes are serialised by one lock: each reads the served version.
+With `strict=True` (`--strict-sglang`) the routes also keep SGLang's runtime rules
+(`sglang_rules`): no flush while requests run, updates that wait for them and flush themselves,
+seeds read only in deterministic mode.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from agentrl.engine.remote.sglang_protocol import (
     WireUpdateWeightsFromDisk,
     response_from_generation,
 )
+from agentrl.engine.serve import sglang_rules
+from agentrl.engine.serve.sglang_rules import Traffic, WireMemoryTags
 from agentrl.model_path import load_causal_lm
 
 ENGINE_KEY = web.AppKey("engine", "ServedEngine")
@@ -54,10 +59,14 @@ class ServedEngine:
     policy_version: int = 0  # the version of the last update (or flush) this server applied
     released: bool = False  # memory "released": generation is refused until resumed
     api_key: str | None = None
+    strict: bool = False  # keep SGLang's runtime rules (`sglang_rules`), not only its wire format
+    deterministic: bool = False  # SGLang's --enable-deterministic-inference: how sampling_seed is read
 
     def __post_init__(self) -> None:
         self.admin_lock = asyncio.Lock()
         self.request_ids = itertools.count()
+        self.traffic = Traffic()
+        self.released_tags: set[str] = set()  # strict: what release took and resume must give back
 
 
 def bad_request(message: str, status: int = 400) -> web.Response:
@@ -99,9 +108,15 @@ async def generate(request: web.Request) -> web.Response:
         return parsed
     try:
         prompts, samplings = parsed.prompts(), parsed.samplings()
-        generations = await asyncio.gather(
-            *(served.engine.generate(p, s) for p, s in zip(prompts, samplings, strict=True))
-        )
+        if served.strict or served.deterministic:
+            samplings = [
+                sglang_rules.seed_as_sglang_reads_it(sampling, deterministic=served.deterministic)
+                for sampling in samplings
+            ]
+        async with served.traffic.request():
+            generations = await asyncio.gather(
+                *(served.engine.generate(p, s) for p, s in zip(prompts, samplings, strict=True))
+            )
     except ValueError as error:  # the engine's own checks: token ids, sampling ranges
         return bad_request(str(error))
     answers = [
@@ -131,7 +146,8 @@ async def update_weights_from_disk(request: web.Request) -> web.Response:
         message = f"model_path {parsed.model_path!r} is not a checkpoint directory on this server"
         return web.json_response({"success": False, "message": message, "num_paused_requests": 0}, status=400)
     async with served.admin_lock:
-        version = served.policy_version + 1
+        # SGLang keeps the served version when the request names none (strict); this server counts up.
+        version = served.policy_version + (0 if served.strict else 1)
         if parsed.weight_version is not None:
             if not parsed.weight_version.isdigit():
                 return bad_request(
@@ -140,7 +156,11 @@ async def update_weights_from_disk(request: web.Request) -> web.Response:
             version = int(parsed.weight_version)
         try:
             state_dict = await asyncio.to_thread(load_checkpoint, parsed.model_path, served.dtype)
-            await served.engine.update_weights(state_dict, version=version)
+            if served.strict:  # SGLang's writer lock: requests in flight finish, new ones wait
+                async with served.traffic.exclusive():
+                    await served.engine.update_weights(state_dict, version=version)
+            else:
+                await served.engine.update_weights(state_dict, version=version)
         except (OSError, ValueError) as error:  # no checkpoint there, or not this model's shapes
             message = f"cannot load {parsed.model_path!r}: {error}"
             return web.json_response(
@@ -153,6 +173,10 @@ async def update_weights_from_disk(request: web.Request) -> web.Response:
 
 async def flush_cache(request: web.Request) -> web.Response:
     served = request.app[ENGINE_KEY]
+    if served.strict and not served.traffic.idle:
+        refused = await strict_flush_refusal(request, served.traffic)
+        if refused is not None:
+            return refused
     async with served.admin_lock:
         # An update with no tensors is fenced like any other: it waits for earlier requests,
         # then drops the prefix cache (whose keys/values belong to the weights) and keeps the version.
@@ -160,14 +184,59 @@ async def flush_cache(request: web.Request) -> web.Response:
     return web.Response(text="Cache flushed.\n")
 
 
+async def strict_flush_refusal(request: web.Request, traffic: Traffic) -> web.Response | None:
+    """SGLang's answer to a flush while requests run: 400 at once, or after `?timeout=` (None: idle now)."""
+    try:
+        timeout_s = float(request.query.get("timeout", "0"))
+    except ValueError:
+        return bad_request(
+            f"query 'timeout': must be a number of seconds >= 0 (got {request.query['timeout']!r})"
+        )
+    if timeout_s <= 0:
+        return web.Response(status=400, text=sglang_rules.FLUSH_REFUSED + "\n")
+    if not await traffic.wait_idle(timeout_s):
+        return web.Response(status=400, text=sglang_rules.FLUSH_TIMED_OUT + "\n")
+    return None
+
+
+async def read_memory_tags(request: web.Request) -> WireMemoryTags | web.Response:
+    """The optional `tags` body of the memory routes (GET, or POST without a body: all tags)."""
+    if not request.can_read_body:
+        return WireMemoryTags()
+    return await read_body(request, WireMemoryTags)
+
+
 async def release_memory_occupation(request: web.Request) -> web.Response:
-    request.app[ENGINE_KEY].released = True
+    served = request.app[ENGINE_KEY]
+    if served.strict:
+        tags = await read_memory_tags(request)
+        if isinstance(tags, web.Response):
+            return tags
+        if not served.traffic.idle:
+            return bad_request(sglang_rules.RELEASE_REFUSED)
+        served.released_tags.update(tags.resolved())
+    served.released = True
     message = "generation paused; the built-in engine keeps its weights and KV slots allocated"
     return web.json_response({"success": True, "message": message})
 
 
 async def resume_memory_occupation(request: web.Request) -> web.Response:
-    request.app[ENGINE_KEY].released = False
+    served = request.app[ENGINE_KEY]
+    if served.strict:
+        tags = await read_memory_tags(request)
+        if isinstance(tags, web.Response):
+            return tags
+        not_released = [tag for tag in tags.resolved() if tag not in served.released_tags]
+        if not_released:
+            return bad_request(
+                f"cannot resume {not_released}: not released (released: {sorted(served.released_tags)})"
+            )
+        served.released_tags.difference_update(tags.resolved())
+        if served.released_tags:  # generation needs every region back
+            return web.json_response(
+                {"success": True, "message": f"still released: {sorted(served.released_tags)}"}
+            )
+    served.released = False
     return web.json_response({"success": True, "message": "generation resumed"})
 
 
@@ -177,6 +246,8 @@ async def health(request: web.Request) -> web.Response:
 
 async def get_model_info(request: web.Request) -> web.Response:
     served = request.app[ENGINE_KEY]
+    if served.strict and request.path == "/get_model_info":
+        return bad_request(sglang_rules.GET_MODEL_INFO_REFUSED, status=404)
     info: dict[str, Any] = {
         "model_path": served.model_path,
         "tokenizer_path": served.model_path,
