@@ -1,7 +1,8 @@
 """Data stage (offline default policy): the synthetic SFT conversations the tiny policy learns from.
 
 Three families, in exactly the formats of the built-in envs: math (boxed answers, with some
-retries after "incorrect" feedback), calculator tool calls, and short Python functions.
+retries after "incorrect" feedback), tool calls (the calculator, and multi-hop search), and short
+Python functions (some fixed after the code env's failure feedback; `envs.tiny_policy.multi_turn`).
 Math prompts come from the math env's own generator with split="sft", so they are drawn from a
 different stream than the env's train and val rows.
 """
@@ -16,6 +17,7 @@ from typing import Any
 from envs.math.env import FEEDBACK as RETRY_FEEDBACK
 from envs.math.synthetic import MAX_DIFFICULTY, make_expression, make_row
 from envs.tiny_policy.code_tasks import make_code_conversation
+from envs.tiny_policy.multi_turn import SEARCH_TOOL, make_code_fix_conversation, make_search_conversation
 from envs.tiny_policy.thinking import think_reply
 
 SPLIT = "sft"
@@ -52,6 +54,12 @@ DEFAULT_MATH_FRACTION = 0.7  # the rest is split evenly between tool calls and c
 # rollouts rarely disagree and RL gets no signal; a noisy teacher leaves the policy uncertain
 # between right and wrong answers, which RL can then sharpen.
 DEFAULT_ANSWER_NOISE = 0.25
+# Multi-turn skills: the share of code conversations that fix a first attempt from feedback, the
+# share of those fixes that are still wrong (room for RL), and the share of tool conversations
+# that search in several hops rather than calling the calculator once.
+DEFAULT_CODE_FIX_FRACTION = 0.5
+DEFAULT_CORRECTION_NOISE = 0.3
+DEFAULT_SEARCH_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
@@ -93,12 +101,24 @@ def make_corpus(
             retry = rng.random() < retry_fraction
             noisy = not retry and rng.random() < answer_noise
             corpus.append(make_math_conversation(rng, index, retry=retry, noisy=noisy, think=think))
+        elif family is Family.TOOL and rng.random() < DEFAULT_SEARCH_FRACTION:
+            messages = make_search_conversation(rng, num_hops=rng.choice((2, 3)))
+            trained = tuple(message["role"] == "assistant" for message in messages)
+            corpus.append(Conversation(Family.TOOL, messages, (CALCULATOR_TOOL, SEARCH_TOOL), trained))
         elif family is Family.TOOL:
             corpus.append(make_tool_conversation(rng))
         else:
-            messages = make_code_conversation(rng)
-            corpus.append(Conversation(Family.CODE, messages, None, (False, True)))
+            corpus.append(make_code_conversation_with_feedback(rng))
     return corpus
+
+
+def make_code_conversation_with_feedback(rng: random.Random) -> Conversation:
+    """One function written at once or, with DEFAULT_CODE_FIX_FRACTION, fixed after feedback."""
+    if rng.random() < DEFAULT_CODE_FIX_FRACTION:
+        fixed = make_code_fix_conversation(rng, still_wrong=rng.random() < DEFAULT_CORRECTION_NOISE)
+        if fixed is not None:
+            return Conversation(Family.CODE, fixed, None, (False, False, False, True))
+    return Conversation(Family.CODE, make_code_conversation(rng), None, (False, True))
 
 
 def solve(expression: str) -> int:

@@ -25,7 +25,7 @@ PAD = "<|endoftext|>"
 SPECIAL_TOKENS = (PAD, IM_START, IM_END)
 # Markup the model writes itself; kept as single tokens but never skipped when decoding.
 MARKUP_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
-MAX_LENGTH = 512
+MAX_LENGTH = 1024  # positions the model is built for: a three-hop search conversation takes about 750
 MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS) + len(MARKUP_TOKENS)
 
 

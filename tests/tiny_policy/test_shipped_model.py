@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
+from envs.tiny_policy.tokenizer import MAX_LENGTH
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def test_shipped_model_is_a_tiny_qwen2_with_tied_embeddings(model_and_tokenizer)
     model, tokenizer = model_and_tokenizer
     assert model.config.model_type == "qwen2"
     assert model.config.tie_word_embeddings
-    assert model.config.max_position_embeddings == 512
+    assert model.config.max_position_embeddings == MAX_LENGTH  # a three-hop search episode fits
     assert model.config.vocab_size == len(tokenizer)
     assert model.config.eos_token_id == tokenizer.eos_token_id
     assert model.generation_config.eos_token_id == tokenizer.eos_token_id
@@ -50,7 +52,9 @@ def test_shipped_model_is_a_tiny_qwen2_with_tied_embeddings(model_and_tokenizer)
 def test_shipped_model_answers_a_math_prompt_in_the_boxed_format(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     messages = [{"role": "user", "content": "What is 7 + 5? Put the final answer in \\boxed{}."}]
-    assert greedy(model, tokenizer, messages) == "7 + 5 = 12. \\boxed{12}<|im_end|>"
+    # The format, not the sum: the policy is trained to be only partly right (RL's room to learn).
+    reply = greedy(model, tokenizer, messages)
+    assert re.fullmatch(r"7 \+ 5 = (-?\d+)\. \\boxed\{\1\}<\|im_end\|>", reply), reply
 
 
 def test_shipped_model_calls_the_calculator_when_given_the_tool(model_and_tokenizer):
