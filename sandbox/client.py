@@ -24,13 +24,14 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import aiohttp
 from pydantic import TypeAdapter, ValidationError
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
+    retry_if_exception,
     retry_if_exception_type,
     stop_after_attempt,
     wait_exponential_jitter,
@@ -38,6 +39,9 @@ from tenacity import (
 
 from sandbox.metrics import MetricsSnapshot
 from sandbox.types import RunRequest, RunResponse, Verdict
+
+if TYPE_CHECKING:
+    from sandbox.sessions.remote import RemoteSession
 
 _responses_adapter = TypeAdapter(list[RunResponse])
 DEADLINE_HEADER = "X-Sandbox-Deadline-S"  # the server's name for it (sandbox.server)
@@ -196,6 +200,46 @@ class SandboxClient:
         failure = retry_state.outcome.exception() if retry_state.outcome else None
         retry_after_s = failure.retry_after_s if isinstance(failure, SandboxUnavailableError) else 0.0
         return max(self._wait(retry_state), retry_after_s)
+
+    # -- stateful sessions (sandbox.session_routes) --
+
+    async def open_session(self) -> RemoteSession:
+        """A session on the server (`POST /v1/sessions`), retried while the server is busy or failing."""
+        from sandbox.sessions.remote import RemoteSession  # the sessions package loads backends
+
+        body = await self.session_call("POST", "/v1/sessions", {}, retry=True)
+        return RemoteSession(self, body["session_id"])
+
+    async def session_call(
+        self, method: str, path: str, payload: dict[str, Any] | None, retry: bool, timeout_s: float = 0.0
+    ) -> dict[str, Any]:
+        """One session request within the client's deadline (plus `timeout_s`, a command's own).
+
+        `retry`: also retry failures (for requests that change nothing twice); a busy answer
+        (503 with Retry-After: nothing was started) is always retried. Raises `SessionFailure`
+        once the retries or the deadline run out, `SandboxRequestError` for a 4xx answer.
+        """
+        from sandbox.sessions.types import SessionFailure
+
+        def retried(error: BaseException) -> bool:
+            return isinstance(error, SandboxUnavailableError) and (retry or error.retry_after_s > 0)
+
+        deadline = asyncio.get_running_loop().time() + self.deadline_s + timeout_s
+        try:
+            async with asyncio.timeout_at(deadline):
+                async for attempt in AsyncRetrying(
+                    stop=stop_after_attempt(self.max_retries + 1),
+                    wait=self._wait_before_retry,
+                    retry=retry_if_exception(retried),
+                    reraise=True,
+                ):
+                    with attempt:
+                        return await self._request(method, path, payload, deadline)
+        except SandboxUnavailableError as error:
+            raise SessionFailure(f"sandbox server: {error.reason}") from error
+        except TimeoutError as error:
+            raise SessionFailure(f"sandbox server: no answer to {method} {path} before the deadline") from error
+        raise AssertionError("unreachable")
 
     async def health(self) -> dict[str, Any]:
         """`GET /health` once, without retries (a health probe must report, not hide, failures)."""

@@ -3,8 +3,9 @@
     python -m sandbox.server --backend auto --host 127.0.0.1 --port 8090 [--token T] [--max-concurrency N]
 
 Endpoints: `POST /v1/run` (RunRequest -> RunResponse), `POST /v1/run_batch` ({requests} ->
-{responses}, run concurrently as the executor admits them), `GET /health`, `GET /metrics`, and
-SandboxFusion's `POST /run_code` (see sandbox.sandboxfusion) plus its `GET /v1/ping`.
+{responses}, run concurrently as the executor admits them), `GET /health`, `GET /metrics`,
+SandboxFusion's `POST /run_code` (see sandbox.sandboxfusion) plus its `GET /v1/ping`, and the
+stateful session routes under `/v1/sessions` (see sandbox.session_routes).
 
 Security: binds 127.0.0.1 by default and refuses a non-loopback address without a bearer token
 (--token or $AGENTRL_SANDBOX_TOKEN); with a token, every endpoint but /health requires
@@ -464,6 +465,9 @@ def create_app(
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_post("/run_code", handle_run_code)
     app.router.add_get("/v1/ping", handle_ping)
+    from sandbox.session_routes import add_session_routes  # it imports this module's helpers
+
+    add_session_routes(app, executor.backend.name)
 
     async def close_executor(app: web.Application) -> None:
         await app[_executor_key].close()

@@ -28,7 +28,8 @@ def test_help_lists_every_config_groups_presets():
     result = run_cli("--help")
     assert result.returncode == 0
     assert (
-        "Presets: engine=sglang|transformers; env=code_sandbox|custom|math|multiturn|tool_calling; model=tiny."
+        "Presets: engine=sglang|transformers; env=agent|code_sandbox|custom|math|mixed|multiturn|terminal|tool_calling; "
+        "model=tiny|tiny_think."
         in " ".join(result.stdout.split())  # argparse wraps the epilog to the terminal's width
     )
 
