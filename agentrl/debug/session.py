@@ -221,10 +221,7 @@ class DebugSession:
             saved.info["truncation"] = (
                 f"saved by the debugger after {len(saved.turns)} turn(s), before the env ended the episode"
             )
-            while saved.loss_mask and saved.loss_mask[-1] == 0:  # the observation no turn answered
-                saved.loss_mask.pop()
-                saved.response_ids.pop()
-                saved.rollout_logprobs.pop()
+            saved.drop_unanswered_observation()  # the observation no turn answered
             if saved.turns:
                 saved.turns[-1].observation_ids = []
         path.parent.mkdir(parents=True, exist_ok=True)

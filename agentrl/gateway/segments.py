@@ -24,7 +24,7 @@ from agentrl.gateway.conversation import CallReply, CallRequest, fingerprint
 from agentrl.gateway.turn_format import SampledTurn, TurnFormat
 from agentrl.rollout.config import Budgets, TrajectoryMode
 from agentrl.rollout.episode import CHARS_PER_TOKEN_BOUND
-from agentrl.rollout.trajectory import Segment, Status, Trajectory, Turn
+from agentrl.rollout.trajectory import Status, Trajectory, Turn
 
 
 class SessionEnded(Exception):
@@ -125,23 +125,14 @@ class SessionTrajectory:
         trajectory = self.trajectory
         if prepared.joined:
             ids = prepared.observation_ids or []
-            trajectory.response_ids += ids
-            trajectory.loss_mask += [0] * len(ids)
-            trajectory.rollout_logprobs += [0.0] * len(ids)
+            trajectory.append_observation(ids)
             trajectory.turns[-1].observation = prepared.messages[len(self._messages) :]
             trajectory.turns[-1].observation_ids = ids
         else:
             if self.calls:  # the live sample (it ends on sampled tokens) is closed; a new one starts
-                trajectory.earlier_segments.append(
-                    Segment(trajectory.prompt_ids, trajectory.response_ids, trajectory.loss_mask,
-                            trajectory.rollout_logprobs)
-                )  # fmt: skip
                 trajectory.turns[-1].starts_new_sample = True
-            trajectory.prompt_ids = list(prepared.context_ids)
-            trajectory.response_ids, trajectory.loss_mask, trajectory.rollout_logprobs = [], [], []
-        trajectory.response_ids += sampled.completion_ids
-        trajectory.loss_mask += [1] * len(sampled.completion_ids)
-        trajectory.rollout_logprobs += sampled.logprobs
+            trajectory.start_sample(prepared.context_ids)
+        trajectory.append_sampled(sampled.completion_ids, sampled.logprobs, sampled.policy_version)
         trajectory.policy_version = sampled.policy_version
         text = self.format.turn_text(sampled.completion_ids)
         trajectory.turns.append(

@@ -79,5 +79,32 @@ class MistralRenderer(Renderer):
     def assistant_message(self, text: str) -> Message:
         message = structured_message(self.parse(text))
         for index, call in enumerate(message.get("tool_calls", [])):
-            call["id"] = f"call{index:05d}"  # the template requires 9 alphanumeric characters
+            call["id"] = _call_id(index)
         return message
+
+    def render(self, messages: list[Message], tools: list[dict] | None, generation_prompt: bool) -> str:
+        """The template needs an id on every call and on the tool result answering it; envs and
+        OpenAI-style conversations often give none, so calls without one are numbered in order and
+        each tool result takes the id of the call it answers (results follow their calls' order)."""
+        return super().render(_with_call_ids(messages), tools, generation_prompt)
+
+
+def _with_call_ids(messages: list[Message]) -> list[Message]:
+    completed: list[Message] = []
+    call_ids: list[str] = []
+    answered = 0
+    for message in messages:
+        if message["role"] == "assistant" and message.get("tool_calls"):
+            calls = [
+                {**call, "id": call.get("id") or _call_id(i)} for i, call in enumerate(message["tool_calls"])
+            ]
+            message, call_ids, answered = {**message, "tool_calls": calls}, [call["id"] for call in calls], 0
+        elif message["role"] == "tool" and not message.get("tool_call_id"):
+            call_id = call_ids[answered] if answered < len(call_ids) else _call_id(answered)
+            message, answered = {**message, "tool_call_id": call_id}, answered + 1
+        completed.append(message)
+    return completed
+
+
+def _call_id(index: int) -> str:
+    return f"call{index:05d}"  # the template requires 9 alphanumeric characters

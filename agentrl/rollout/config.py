@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentrl.env.validation import DEFAULT_REWARD_BOUND
 
@@ -114,7 +114,15 @@ class RolloutConfig(BaseModel):
         "sync", description="async: generate the next steps' rollouts while the current step trains"
     )
     max_staleness: int = Field(
-        1, ge=1, description="async: a sample may come from weights at most this many updates old"
+        1, ge=1,
+        description="async: a sample may come from weights at most this many updates old (with "
+        "partial_rollout: each sampled token, else each episode's oldest token)",
+    )  # fmt: skip
+    partial_rollout: bool = Field(
+        False,
+        description="async: an episode in flight at a weight update samples its next turns from the new "
+        "weights and is never generated again for staleness; each token records its version, and a token "
+        "older than max_staleness is masked out of the loss",
     )
     val_kwargs: ValKwargs = Field(default_factory=ValKwargs)
 
@@ -135,6 +143,15 @@ class RolloutConfig(BaseModel):
         if value == 0 or value < -1:
             raise ValueError(f"rollout.top_k={value}: use -1 to disable top-k, or a positive k")
         return value
+
+    @model_validator(mode="after")
+    def _partial_rollout_is_async(self) -> RolloutConfig:
+        if self.partial_rollout and self.mode != "async":
+            raise ValueError(
+                "rollout.partial_rollout=true continues episodes across weight updates, which only "
+                "happen mid-rollout with rollout.mode=async; set rollout.mode=async or drop partial_rollout"
+            )
+        return self
 
     def budgets(self) -> Budgets:
         return Budgets(

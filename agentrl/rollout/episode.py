@@ -41,7 +41,7 @@ from agentrl.env.errors import EnvAborted, InfraError
 from agentrl.env.validation import HISTORY_INFO_KEY, check_reset_return, check_step_return
 from agentrl.rollout.chat_template import ChatTemplate
 from agentrl.rollout.config import Budgets, Sampling, TrajectoryMode
-from agentrl.rollout.trajectory import Segment, Status, Trajectory, Turn
+from agentrl.rollout.trajectory import Status, Trajectory, Turn
 
 _T = TypeVar("_T")
 
@@ -159,9 +159,7 @@ class Episode:
             finish_reason = FinishReason.STOP.value if ended else SPECIAL_TOKEN_FINISH
         trajectory = self.trajectory
         trajectory.policy_version = generation.policy_version
-        trajectory.response_ids += generation.completion_ids
-        trajectory.loss_mask += [1] * len(generation.completion_ids)
-        trajectory.rollout_logprobs += generation.logprobs
+        trajectory.append_sampled(generation.completion_ids, generation.logprobs, generation.policy_version)
         text = self.template.turn_text(generation.completion_ids)  # a family's markup tokens kept
         try:
             observation, reward, terminated, truncated, info = await self._env_call(
@@ -202,10 +200,7 @@ class Episode:
                 trajectory.error = message
             else:
                 trajectory.info["truncation"] = message
-        while trajectory.loss_mask and trajectory.loss_mask[-1] == 0:  # dangling observation tokens
-            trajectory.loss_mask.pop()
-            trajectory.response_ids.pop()
-            trajectory.rollout_logprobs.pop()
+        trajectory.drop_unanswered_observation()
         self.done = True
 
     async def run(self) -> Trajectory:
@@ -273,9 +268,7 @@ class Episode:
             self._start_new_sample(turn, context_ids)
             return
         turn.observation_ids = delta_ids
-        trajectory.response_ids += delta_ids
-        trajectory.loss_mask += [0] * len(delta_ids)
-        trajectory.rollout_logprobs += [0.0] * len(delta_ids)
+        trajectory.append_observation(delta_ids)
         self._check_room()
 
     def _start_new_sample(self, turn: Turn, context_ids: list[int]) -> None:
@@ -288,15 +281,7 @@ class Episode:
                 f"the next context is {len(context_ids)} tokens and leaves no room under {self._budget_names()}",
             )
             return
-        live = Segment(
-            trajectory.prompt_ids, trajectory.response_ids, trajectory.loss_mask, trajectory.rollout_logprobs
-        )
-        while live.loss_mask and live.loss_mask[-1] == 0:  # only after an empty turn
-            del live.loss_mask[-1], live.response_ids[-1], live.rollout_logprobs[-1]
-        if any(live.loss_mask):  # a sample without a sampled token trains nothing
-            trajectory.earlier_segments.append(live)
-        trajectory.prompt_ids, trajectory.response_ids = context_ids, []
-        trajectory.loss_mask, trajectory.rollout_logprobs = [], []
+        trajectory.start_sample(context_ids)
         turn.starts_new_sample = True
         self._check_room()
 

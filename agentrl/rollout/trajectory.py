@@ -57,6 +57,9 @@ class Segment:
     response_ids: list[int]  # [num_response_tokens]
     loss_mask: list[int]  # [num_response_tokens] 1 on sampled tokens
     rollout_logprobs: list[float]  # [num_response_tokens] 0 where mask is 0
+    # [num_response_tokens] weight version that sampled each token, 0 where mask is 0; empty in
+    # records written before it was kept (`Trajectory.sampled_versions` falls back to the turns').
+    token_versions: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -74,6 +77,9 @@ class Trajectory:
     response_ids: list[int] = field(default_factory=list)  # [num_response_tokens]
     loss_mask: list[int] = field(default_factory=list)  # [num_response_tokens] 1 on sampled tokens
     rollout_logprobs: list[float] = field(default_factory=list)  # [num_response_tokens] 0 where mask is 0
+    # [num_response_tokens] weight version that sampled each token, 0 where mask is 0. One episode may
+    # span several versions: with rollout.partial_rollout its later turns sample from newer weights.
+    token_versions: list[int] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     reward: float = 0.0  # episode return: sum of turn rewards
     status: Status = Status.COMPLETED
@@ -96,8 +102,67 @@ class Trajectory:
             response_ids=self.response_ids,
             loss_mask=self.loss_mask,
             rollout_logprobs=self.rollout_logprobs,
+            token_versions=self.token_versions,
         )
         return [*self.earlier_segments, live]
+
+    def sampled_versions(self) -> list[int]:
+        """The weight version of each sampled token (loss mask 1), over the samples in order.
+
+        A record without per-token versions (written before they were kept, or by a producer that
+        does not fill them) gives each turn's completion tokens the turn's version.
+        """
+        samples = self.samples()
+        recorded = any(s.token_versions for s in samples)
+        if recorded and all(len(s.token_versions) == len(s.response_ids) for s in samples):
+            return [v for s in samples for m, v in zip(s.loss_mask, s.token_versions, strict=True) if m]
+        return [turn.policy_version for turn in self.turns for _ in turn.completion_ids]
+
+    def token_versions_by_sample(self) -> list[list[int]]:
+        """Per sample, the version of each response token: `sampled_versions` where the mask is 1, else 0."""
+        versions = iter(self.sampled_versions())
+        return [
+            [next(versions, self.policy_version) if m else 0 for m in s.loss_mask] for s in self.samples()
+        ]
+
+    # The live sample grows and closes only through these, so its per-token lists stay aligned.
+
+    def append_sampled(self, token_ids: list[int], logprobs: list[float], version: int) -> None:
+        """Tokens the policy sampled at weight `version` (loss mask 1)."""
+        self.response_ids += token_ids
+        self.loss_mask += [1] * len(token_ids)
+        self.rollout_logprobs += logprobs
+        self.token_versions += [version] * len(token_ids)
+
+    def append_observation(self, token_ids: list[int]) -> None:
+        """Tokens the template or the env put after a sampled turn (loss mask 0)."""
+        self.response_ids += token_ids
+        self.loss_mask += [0] * len(token_ids)
+        self.rollout_logprobs += [0.0] * len(token_ids)
+        self.token_versions += [0] * len(token_ids)
+
+    def drop_unanswered_observation(self) -> None:
+        """Trailing observation tokens no sampled turn follows: a sample ends on a sampled token."""
+        while self.loss_mask and self.loss_mask[-1] == 0:
+            del self.response_ids[-1], self.loss_mask[-1], self.rollout_logprobs[-1]
+            if self.token_versions:
+                del self.token_versions[-1]
+
+    def start_sample(self, prompt_ids: list[int]) -> None:
+        """Close the live sample (kept if it holds a sampled token) and start one after `prompt_ids`."""
+        self.drop_unanswered_observation()
+        if any(self.loss_mask):  # a sample without a sampled token trains nothing
+            self.earlier_segments.append(
+                Segment(
+                    self.prompt_ids,
+                    self.response_ids,
+                    self.loss_mask,
+                    self.rollout_logprobs,
+                    self.token_versions,
+                )
+            )
+        self.prompt_ids = list(prompt_ids)
+        self.response_ids, self.loss_mask, self.rollout_logprobs, self.token_versions = [], [], [], []
 
     def to_json(self) -> dict[str, Any]:
         record = asdict(self)

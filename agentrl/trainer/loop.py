@@ -33,11 +33,12 @@ from agentrl.rollout.groups import rollout_groups
 from agentrl.rollout.trajectory import Status, Trajectory
 from agentrl.trainer.async_rollout import (
     RolloutPrefetcher,
+    fresh_token_mask,
     oldest_version,
     staleness_metrics,
     too_stale_groups,
 )
-from agentrl.trainer.batch import build_train_batch
+from agentrl.trainer.batch import TrainBatch, build_train_batch
 from agentrl.trainer.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint
 from agentrl.trainer.credit import token_advantages
 from agentrl.trainer.data_order import StepSampler
@@ -203,7 +204,10 @@ class Trainer:
                 trajectories, metrics = await self._train_rollout(step)
             else:
                 trajectories, metrics = await self.prefetcher.next(step)
-                trajectories = await self._regenerate_stale_groups(step, trajectories, metrics)
+                if self.config.rollout.partial_rollout:  # bounded per token in _update instead
+                    metrics["rollout/num_regenerated_groups"] = 0.0
+                else:
+                    trajectories = await self._regenerate_stale_groups(step, trajectories, metrics)
             metrics.update(staleness_metrics(trajectories, step))
         metrics["perf/rollout_tokens"] = float(
             sum(len(s.prompt_ids) + len(s.response_ids) for t in trajectories for s in t.samples())
@@ -246,6 +250,8 @@ class Trainer:
         if config.algorithm.adv_granularity == "turn":
             per_token = token_advantages(config.algorithm, trainable, *_group_tensors(trainable)[1:])
         batch = build_train_batch(trainable, advantages, parts.pad_token_id, token_advantages=per_token)
+        if config.rollout.partial_rollout:
+            self._mask_too_stale_tokens(step, trainable, batch, metrics)
         with timer.stage("old_logprob"):
             batch.old_logprobs, _ = await self._compute(parts.actor.compute_logprobs, batch)
         metrics.update(_logprob_gap(batch.old_logprobs, batch.rollout_logprobs, batch.loss_mask))
@@ -259,6 +265,18 @@ class Trainer:
                 batch.ref_logprobs, _ = await self._compute(parts.reference.compute_logprobs, batch)
         with timer.stage("update"):
             metrics.update(await self._compute(parts.actor.update, batch))
+
+    def _mask_too_stale_tokens(
+        self, step: int, trainable: list[Trajectory], batch: TrainBatch, metrics: dict[str, float]
+    ) -> None:
+        """Partial rollouts: tokens more than rollout.max_staleness versions old leave the loss."""
+        shape = tuple(batch.loss_mask.shape)
+        fresh = fresh_token_mask(trainable, shape, step, self.config.rollout.max_staleness)
+        num_sampled = max(batch.loss_mask.sum().item(), 1)
+        batch.loss_mask = batch.loss_mask * fresh
+        batch.advantages = batch.advantages * fresh
+        batch.rollout_logprobs = batch.rollout_logprobs * fresh
+        metrics["rollout/staleness/masked_token_frac"] = 1 - batch.loss_mask.sum().item() / num_sampled
 
     async def _sync_weights(self, version: int) -> None:
         """Send the actor's weights to the engine; on a shared GPU as device tensors, without a host copy."""

@@ -7,11 +7,15 @@ import json
 import re
 
 import pytest
+from transformers import AutoTokenizer
 
 from agentrl.debug.__main__ import main
+from agentrl.tiny_policy import DEFAULT_MODEL_PATH
 
 # Row 3 of the math preset's training data (trainer.seed 0) asks "What is 2 * 4?".
 MATH = ["env=math", "env.kwargs.max_attempts=2", "--row", "3"]
+TOKENIZER = AutoTokenizer.from_pretrained(DEFAULT_MODEL_PATH)
+BOXED, YOUR, ANSWER = (TOKENIZER.convert_tokens_to_ids(t) for t in ("\\boxed", "Your", "Ġanswer"))
 ROW = re.compile(r"^(\d+)\s+(\d+)\s+([01])\s+(\S+)(?: LOW)?\s+('.*')\s*$")
 
 
@@ -36,8 +40,8 @@ def test_a_typed_wrong_then_right_answer_shows_sampled_tokens_masked_1_the_feedb
     assert code == 0
     rows = token_rows(out)
     assert [(p, i, m) for p, i, m, _ in rows if m == 1] == [
-        (25, 432, 1), (26, 93, 1), (27, 23, 1), (28, 95, 1), (29, 2, 1),
-        (47, 432, 1), (48, 93, 1), (49, 26, 1), (50, 95, 1), (51, 2, 1),
+        (25, BOXED, 1), (26, 93, 1), (27, 23, 1), (28, 95, 1), (29, 2, 1),
+        (47, BOXED, 1), (48, 93, 1), (49, 26, 1), (50, 95, 1), (51, 2, 1),
     ]  # fmt: skip
     feedback = "".join(ast.literal_eval(token) for _, _, mask, token in rows if mask == 0)
     assert (
@@ -68,14 +72,14 @@ def test_replay_names_the_turn_and_position_of_a_token_that_differs_from_the_re_
     saved = tmp_path / "episode.jsonl"
     run(capsys, tmp_path, [*MATH, "--policy", "human"], f"say \\boxed{{5}}\nsay \\boxed{{8}}\nsave {saved}\n")
     record = json.loads(saved.read_text())
-    record["response_ids"][9] = 314  # position 34, the feedback's 'Your', overwritten with ' answer'
+    record["response_ids"][9] = ANSWER  # position 34, the feedback's 'Your', overwritten with ' answer'
     saved.write_text(json.dumps(record) + "\n")
     code = main(["--replay", str(saved), "--index", "0", "env=math", "env.kwargs.max_attempts=2"])
     out = capsys.readouterr().out
     assert code == 1
     assert (
-        "re-render: MISMATCH in turn 1 (observation tokens) at position 34: trained 314 ' answer', "
-        "re-render 505 'Your'" in out
+        f"re-render: MISMATCH in turn 1 (observation tokens) at position 34: trained {ANSWER} ' answer', "
+        f"re-render {YOUR} 'Your'" in out
     )
     assert "compared with a full render of the context of turn 2" in out
 
@@ -91,8 +95,8 @@ def test_replay_catches_a_loop_that_trained_a_special_token_and_dropped_the_newl
     run(capsys, tmp_path, [*MATH, "--policy", "human"], f"say \\boxed{{5}}\nsay \\boxed{{8}}\nsave {saved}\n")
     record = json.loads(saved.read_text())
     first = record["turns"][0]
-    assert first["completion_ids"] == [432, 93, 23, 95, 2] and first["observation_ids"][0] == 201  # '\n'
-    first["completion_ids"] = [432, 93, 23, 95, 1, 2]  # ... '}', '<|im_start|>', '<|im_end|>'
+    assert first["completion_ids"] == [BOXED, 93, 23, 95, 2] and first["observation_ids"][0] == 201  # '\n'
+    first["completion_ids"] = [BOXED, 93, 23, 95, 1, 2]  # ... '}', '<|im_start|>', '<|im_end|>'
     first["observation_ids"] = first["observation_ids"][1:]
     record["response_ids"][4:6] = [
         1,
@@ -211,7 +215,8 @@ def test_replaying_a_file_that_does_not_exist_is_an_error_naming_it(capsys, tmp_
 
 @pytest.mark.slow
 def test_sample_on_the_code_env_shows_why_each_reward_is_what_it_is(capsys, tmp_path):
-    code, out = run(capsys, tmp_path, ["env=code_sandbox", "--row", "0"], "sample 2\n")
+    one_turn = ["env.kwargs.max_turns=1", "rollout.max_turns=1"]  # the preset gives two attempts
+    code, out = run(capsys, tmp_path, ["env=code_sandbox", *one_turn, "--row", "0"], "sample 2\n")
     assert code == 0
     rows = re.findall(r"^│ ([01]) │.*│ (\d+(?:\.\d+)?) +│ (\w+) +│$", out, flags=re.MULTILINE)
     infos = [json.loads(info) for info in re.findall(r"^[01]: info (\{.*\})$", out, flags=re.MULTILINE)]
