@@ -20,6 +20,7 @@ a jail that never started (our failure) from one the host killed. The command li
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -44,7 +45,7 @@ from sandbox.backends.cgroups import CgroupRun, SessionCgroup
 from sandbox.backends.jail_init import build_jail_init
 from sandbox.backends.jail_status import InitStatus, JailStatus
 from sandbox.backends.private_dirs import private_directory
-from sandbox.backends.process import collect_process, kill_group
+from sandbox.backends.process import EXIT_GRACE_S, collect_process, kill_group
 from sandbox.backends.rlimits import jail_preexec, rlimits
 from sandbox.backends.scratch import (
     ScratchSizes,
@@ -136,7 +137,8 @@ class BwrapSession:
         try:
             fds = JailFds(status.write_fd, init_status.write_fd, *filter_fds)
             command = bwrap_argv(self._backend.bwrap, self.paths, self.uid, argv, fds, judge_process)
-            process = await self._spawn(command, preexec, (fds.status, fds.init_status, *filter_fds))
+            spawn_fds = (fds.status, fds.init_status, *filter_fds)
+            process = await self._spawn(command, preexec, spawn_fds, status, cgroup)
             while filter_fds:
                 os.close(filter_fds.pop())
             status.close_write()  # bwrap holds the only writers now: reading never waits on us
@@ -151,7 +153,7 @@ class BwrapSession:
                     started=started,
                 )
             except asyncio.CancelledError:  # the caller is gone: nothing of its run may go on
-                kill_group(process, cgroup)
+                await _end_cancelled_run(process, status, cgroup)
                 raise
             jail_started = status.exit_code is not None
             wait_status = init_status.wait_status()
@@ -207,6 +209,37 @@ class BwrapSession:
             return self._cgroup.start_run(memory, processes)
 
     async def _spawn(
+        self,
+        command: list[str],
+        preexec: Callable[[], None],
+        status_fds: tuple[int, ...],
+        status: JailStatus,
+        cgroup: CgroupRun | None,
+    ) -> asyncio.subprocess.Process:
+        """Start bwrap; a caller cancelled meanwhile gets its CancelledError once the run is killed.
+
+        Cancellation must not reach asyncio's own spawn: its clean-up kills only bwrap's pid, then
+        waits for the run's pipes to close. A jail can outlive its supervisor (bwrap's child sets
+        --die-with-parent after the clone, too late if the supervisor is killed in between), and
+        asyncio connects the pipes it had not connected yet after that clean-up, so our end of
+        stdin stays open: the jail holds the pipes and that wait never ends. The spawn runs in a
+        task of its own instead, and a cancelled caller kills the whole run (its PID namespace,
+        bwrap's process group and the session's cgroup) before it leaves.
+        """
+        spawning = asyncio.ensure_future(self._start_bwrap(command, preexec, status_fds))
+        try:
+            return await asyncio.shield(spawning)
+        except asyncio.CancelledError:
+            if cgroup is not None:
+                cgroup.kill()  # now: it also frees a spawn that was itself cancelled (asyncio's clean-up)
+            await _wait_through_cancellation(spawning, EXIT_GRACE_S)
+            if spawning.done() and not spawning.cancelled() and spawning.exception() is None:
+                await _end_cancelled_run(spawning.result(), status, cgroup)
+            elif not spawning.done():
+                logger.warning("bwrap did not start within %ss of its caller's cancellation", EXIT_GRACE_S)
+            raise
+
+    async def _start_bwrap(
         self, command: list[str], preexec: Callable[[], None], status_fds: tuple[int, ...]
     ) -> asyncio.subprocess.Process:
         try:
@@ -245,6 +278,38 @@ class BwrapSession:
             self._backend.uids.release(self.uid)
         if failures:
             raise SandboxFailure("; ".join(failures))
+
+
+async def _wait_through_cancellation(future: asyncio.Future, timeout_s: float) -> bool:
+    """Wait up to `timeout_s` for `future` (never cancelling it), even if our task is cancelled again.
+
+    For the clean-up of a cancelled run, which must finish before the caller may leave; whether
+    `future` is done by then.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not future.done() and (left := deadline - time.monotonic()) > 0:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({future}, timeout=left)
+    return future.done()
+
+
+async def _end_cancelled_run(
+    process: asyncio.subprocess.Process, status: JailStatus, cgroup: CgroupRun | None
+) -> None:
+    """Kill every process of a run whose caller is gone, and wait (bounded) until bwrap has exited.
+
+    The jail's PID namespace goes first: killing bwrap alone may leave a jail whose child had not
+    yet asked to die with it. The session's cgroup, where the host has one, holds every process
+    of the run whatever bwrap had done so far.
+    """
+    status.kill_namespace(process.pid)
+    kill_group(process, cgroup)
+    if process.stdin is not None:
+        process.stdin.close()  # what is still starting in the jail reads no more of the caller's input
+    exited = asyncio.ensure_future(process.wait())  # asyncio resolves it once the run's pipes closed too
+    if not await _wait_through_cancellation(exited, EXIT_GRACE_S):
+        exited.cancel()
+        logger.warning("bwrap (pid %d) did not exit within %ss of SIGKILL", process.pid, EXIT_GRACE_S)
 
 
 class BwrapBackend:

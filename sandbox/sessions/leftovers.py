@@ -8,6 +8,7 @@ file (owner pid and its start time, the session's dir and uid) in a root-private
 A marker whose owner is gone (the pid is dead, or reused by a process that started later) is
 stale: once its uid's lock is free (the kernel drops an flock with its holder, so no live
 session has the uid) the uid's processes are killed, its cgroups and the session's dir removed.
+A dir made just before its process died, too early for a marker, is found by its uid's free lock.
 """
 
 from __future__ import annotations
@@ -111,6 +112,32 @@ def collect_leftovers(directory: Path, uid_lock_dir: Path = UID_LOCK_DIR) -> int
                 remove_session_dir(Path(marker.session_root))
             path.unlink(missing_ok=True)
             collected += 1
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            os.close(lock)
+    return collected
+
+
+def collect_unheld_session_dirs(work_root: Path, uid_lock_dir: Path = UID_LOCK_DIR) -> int:
+    """Remove the session dirs under the bwrap backend's `work_root` whose uid no live session holds.
+
+    The backend makes a session's dir before the pool can write its marker, so a process killed
+    in between leaves a dir that no marker names. A session holds its uid's lock from before its
+    dir is made until after it is removed: a dir whose uid's lock is free is left over.
+    """
+    collected = 0
+    for path in sorted(work_root.glob("session-*-*")):
+        uid_text = path.name.split("-")[1]
+        if not uid_text.isdigit():
+            continue
+        lock = _try_lock_uid(uid_lock_dir, int(uid_text))
+        if lock is None:
+            continue
+        try:
+            if path.exists():  # a marker of the same session may have been collected meanwhile
+                logger.warning("removing bwrap session dir %s, left by a process that ended", path)
+                remove_session_dir(path)
+                collected += 1
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
             os.close(lock)

@@ -127,6 +127,7 @@ class SessionPool:
         if backend.name == "bwrap":
             marker_dir = await asyncio.to_thread(leftovers.state_dir)
             await asyncio.to_thread(leftovers.collect_leftovers, marker_dir)
+            await asyncio.to_thread(leftovers.collect_unheld_session_dirs, backend.work_root)  # type: ignore[attr-defined]
         pool = cls(settings, backend, marker_dir)
         pool._spawn(pool._reap_expired())
         pool._refill()
