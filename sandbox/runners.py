@@ -7,24 +7,21 @@ the running loop's runner (an in-process `sandbox.executor.Executor`, or a `Sand
 running `python -m sandbox.server`) with `shared_runner(settings)`. Its semaphore bounds the
 sandbox calls of all of them, so `max_concurrency` is a per-process limit, not a per-caller one.
 
-A runner lives as long as its event loop, so later episodes and training steps reuse one warm
-pool, and it closes when the loop ends: a guardian task per loop closes the loop's runners when
-it is cancelled, as `asyncio.run` and `asyncio.Runner.close` do to the tasks left at shutdown.
-The runner's asyncio objects never outlive or leave their loop.
-`close_all()` closes the running loop's runners earlier (the end of a script or a test).
+A runner lives as long as its event loop (`sandbox.per_loop`), so later episodes and training
+steps reuse one warm pool, and it closes when the loop ends; `close_all()` closes the running
+loop's runners earlier (the end of a script or a test).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from sandbox.client import CodeRunner, SandboxClient
 from sandbox.executor import Executor, default_max_concurrency
+from sandbox.per_loop import PerLoop
 from sandbox.types import RunRequest, RunResponse
 
 BACKENDS = ("auto", "docker", "bwrap")
@@ -104,16 +101,13 @@ class SharedRunner:
             await runner.close()
 
 
-@dataclass
-class _LoopRunners:
-    """The runners of one event loop and the task that closes them when the loop shuts down."""
-
-    guardian: asyncio.Task[None]
-    runners: dict[RunnerSettings, SharedRunner] = field(default_factory=dict)
+async def _start_runner(settings: RunnerSettings) -> SharedRunner:
+    shared = SharedRunner(settings, asyncio.get_running_loop())
+    await shared._start()
+    return shared
 
 
-# Weak on the loop: a closed loop that is collected drops its entry.
-_loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopRunners] = weakref.WeakKeyDictionary()
+_runners: PerLoop[RunnerSettings, SharedRunner] = PerLoop(_start_runner, SharedRunner._close)
 
 
 async def shared_runner(settings: RunnerSettings) -> SharedRunner:
@@ -121,36 +115,9 @@ async def shared_runner(settings: RunnerSettings) -> SharedRunner:
 
     Raises what starting it raised (no Docker engine, no bwrap, ...); the next call tries again.
     """
-    loop = asyncio.get_running_loop()
-    entry = _loops.get(loop)
-    if entry is None:
-        entry = _loops[loop] = _LoopRunners(guardian=loop.create_task(_close_at_shutdown(loop)))
-    shared = entry.runners.get(settings)
-    if shared is None:
-        shared = entry.runners[settings] = SharedRunner(settings, loop)
-    await shared._start()
-    return shared
+    return await _runners.get(settings)
 
 
 async def close_all() -> None:
     """Close every runner of the running loop now (the end of a script or a test)."""
-    loop = asyncio.get_running_loop()
-    entry = _loops.pop(loop, None)
-    if entry is not None:
-        # Awaited, so that a loop closed right afterwards holds no pending task.
-        entry.guardian.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await entry.guardian
-        for shared in entry.runners.values():
-            await shared._close()
-
-
-async def _close_at_shutdown(loop: asyncio.AbstractEventLoop) -> None:
-    try:
-        await loop.create_future()  # never resolved: this task only ends by cancellation
-    finally:
-        entry = _loops.get(loop)
-        if entry is not None and entry.guardian is asyncio.current_task():
-            _loops.pop(loop, None)
-            for shared in entry.runners.values():
-                await shared._close()
+    await _runners.close()
