@@ -1,8 +1,8 @@
-"""The calculator agent of `openai_agent.py`, written only against the `anthropic` client.
+"""The agent of `openai_agent.py` (calculator and search), written only against the `anthropic` client.
 
     python -m agentrl.train env=agent env.kwargs.agent=examples.anthropic_agent:solve
 
-The calculator's schema goes out as an Anthropic tool (`input_schema`), its results come back as
+The tools' schemas go out as Anthropic tools (`input_schema`), its results come back as
 `tool_result` blocks; the gateway renders both exactly as the tool_calling env does.
 """
 

@@ -1,9 +1,11 @@
 """A tool-calling agent written only against the `openai` client: it trains unmodified with env=agent.
 
-It solves the tool_calling env's calculator tasks (rows of `envs.tool_calling.synthetic`): it
-sends the question with the calculator's schema, runs every tool call the model makes and sends
-the results back, until the model answers without a call; the reward is 1.0 when the answer in
-`\\boxed{}` equals the row's ground truth. Nothing in it knows about training:
+It solves the tool_calling env's tasks (rows of `envs.tool_calling.synthetic`): arithmetic with a
+calculator, and questions about a fictional world that take one search per hop (person -> city ->
+country -> population). It sends the question with the tools' schemas, runs every tool call the
+model makes and sends the results back, until the model answers without a call; the reward is 1.0
+when the answer in `\\boxed{}` is the row's ground truth, graded as the env grades it. Nothing in
+it knows about training:
 
     python -m agentrl.train env=agent                      # trains the policy through the gateway
     OPENAI_BASE_URL=http://127.0.0.1:8000/s/<session>/v1 OPENAI_API_KEY=<key> python examples/openai_agent.py
@@ -20,12 +22,15 @@ from typing import Any
 
 from openai import AsyncOpenAI
 
-from agentrl.rewards.answers import Verdict, extract_boxed_answer, shared_grader
+from agentrl.rewards.answers import extract_boxed_answer
 from envs.tool_calling.calculator import calculator
+from envs.tool_calling.env import is_correct_answer
+from envs.tool_calling.retrieval import search
 from envs.tool_calling.synthetic import generate
 from envs.tool_calling.tools import Tool
 
-TOOLS = {tool.name: tool for tool in [Tool.from_function(calculator)]}
+# In env=tool_calling's order (its `tools`), so the prompt lists them as that env's does.
+TOOLS = {tool.name: tool for tool in [Tool.from_function(calculator), Tool.from_function(search)]}
 
 
 async def solve(base_url: str, api_key: str, task: dict[str, Any]) -> float:
@@ -57,15 +62,12 @@ async def run_tool(function: Any) -> str:
 
 async def grade(reply: str, ground_truth: str) -> float:
     answer = extract_boxed_answer(reply)
-    if answer is None:
-        return 0.0
-    verdict = await asyncio.to_thread(shared_grader().grade, answer, ground_truth)
-    return float(verdict is Verdict.CORRECT)
+    return float(answer is not None and await is_correct_answer(answer, ground_truth))
 
 
 if __name__ == "__main__":
     base_url = os.environ["OPENAI_BASE_URL"].removesuffix("/v1")
-    task = generate(1, seed=0)[0]
+    task = generate(1, seed=0, tasks=["country"])[0]
     print(
         task["prompt"][0]["content"], "->", asyncio.run(solve(base_url, os.environ["OPENAI_API_KEY"], task))
     )

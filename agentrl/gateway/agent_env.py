@@ -187,7 +187,7 @@ def episode_trajectory(
     trajectory.info["gateway/num_calls"] = len(calls)
     trajectory.info["gateway/num_samples"] = len(trajectory.earlier_segments) + bool(calls)
     trajectory.info["gateway/num_altered_turns"] = sum(len(call.altered_turns) for call in calls)
-    trajectory.info["gateway/new_samples"] = [call.why_not_joined for call in calls[1:] if not call.joined]
+    trajectory.info["gateway/new_samples"] = [call.why_new_sample for call in calls[1:] if not call.joined]
     return trajectory
 
 

@@ -137,11 +137,7 @@ class ToolCallingEnv(TextEnv):
         return info
 
     async def _is_correct(self, answer: str) -> bool:
-        if not _is_number(self._ground_truth):
-            return _normalize(answer) == _normalize(self._ground_truth)
-        grader = self._grader if self._grader is not None else shared_grader()
-        verdict = await asyncio.to_thread(grader.grade, answer, self._ground_truth)
-        return verdict is Verdict.CORRECT
+        return await is_correct_answer(answer, self._ground_truth, self._grader)
 
     def _synthetic_row(self, rng: random.Random) -> dict[str, Any]:
         seed = rng.randrange(2**31)
@@ -162,6 +158,19 @@ def _build_tool(spec: ToolSpec, timeout_s: float, python_tool: Callable[..., Any
     raise ValueError(
         f"unknown tool {spec!r}: use a built-in name {list(BUILTIN_TOOLS)} or 'package.module:function'"
     )
+
+
+async def is_correct_answer(answer: str, ground_truth: str, grader: AnswerGrader | None = None) -> bool:
+    """The tool tasks' verdict: math equivalence for a numeric truth, else an exact match (a name).
+
+    Agents that run these tasks themselves (examples/openai_agent.py) grade with it, so their
+    reward is the env's.
+    """
+    if not _is_number(ground_truth):
+        return _normalize(answer) == _normalize(ground_truth)
+    grader = grader if grader is not None else shared_grader()
+    verdict = await asyncio.to_thread(grader.grade, answer, ground_truth)
+    return verdict is Verdict.CORRECT
 
 
 def _tool_message(call: ToolCall | MalformedCall, outcome: ToolOutcome) -> Message:

@@ -77,8 +77,10 @@ def test_a_mixture_is_scored_per_env():
 
 def test_an_env_with_only_the_async_api_is_evaluated():
     # The code env is built once at set-up (sync) and rolled out in the event loop: a reply without
-    # code fails every problem, and nothing errors.
+    # code is asked for a code block and fails every problem on both attempts, and nothing errors.
     config = load_config(["env=code_sandbox", "data.val_size=2", "rollout.val_kwargs.n=2"])
     engine = ScriptedEngine(load_tokenizer(resolve_model_path("tiny")), ["I cannot write it."])
     [scores] = evaluate(config, ks=[1, 2], engine=engine).scores.values()
-    assert (scores.pass_at_k, scores.pass_at_turn, scores.error_frac) == ({1: 0.0, 2: 0.0}, {1: 0.0}, 0.0)
+    assert (scores.pass_at_k, scores.error_frac) == ({1: 0.0, 2: 0.0}, 0.0)
+    assert scores.pass_at_turn == {1: 0.0, 2: 0.0}
+    assert (scores.num_first_turn_misses, scores.fix_rate) == (4, 0.0)

@@ -48,3 +48,30 @@ def test_an_env_without_correct_counts_a_positive_reward_as_success():
 def test_problems_with_different_sample_counts_are_rejected():
     with pytest.raises(ValueError, match=r"same number of samples, got \[1, 2\]"):
         score_env([episode(0, True), episode(1, True), episode(1, False)], ks=[1])
+
+
+def test_pass_at_turn_standard_error_is_taken_over_problems():
+    # per-problem success by turn 1: 1/2, 2/2, 0/2 -> mean 0.5, stdev 0.5, error 0.5 / sqrt(3)
+    episodes = [episode(0, True), episode(0, False), episode(1, True), episode(1, True)]
+    episodes += [episode(2, False), episode(2, False)]
+    scores = score_env(episodes, ks=[1])
+    assert scores.pass_at_turn == {1: 0.5}
+    assert scores.pass_at_turn_stderr == pytest.approx({1: 0.5 / 3**0.5})
+
+
+def test_the_fix_rate_counts_first_turn_misses_solved_later():
+    # problem 0: solved on turn 1, fixed on turn 2, missed twice; problem 1: missed twice, fixed on
+    # turn 2, missed once with no retry. Misses 2 + 3, fixes 1 + 1: rate 0.4, and over problems
+    # sqrt(2 / 1 * ((1 - 0.4 * 2)^2 + (1 - 0.4 * 3)^2)) / 5 = 0.08.
+    episodes = [episode(0, True, 1), episode(0, True, 2), episode(0, False, 2)]
+    episodes += [episode(1, False, 2), episode(1, True, 2), episode(1, False, 1)]
+    scores = score_env(episodes, ks=[1])
+    assert scores.num_first_turn_misses == 5
+    assert scores.fix_rate == pytest.approx(0.4)
+    assert scores.fix_rate_stderr == pytest.approx(0.08)
+    assert scores.pass_at_turn == pytest.approx({1: 1 / 6, 2: 3 / 6})
+
+
+def test_episodes_of_one_turn_have_no_fix_rate():
+    scores = score_env([episode(0, True), episode(0, False)], ks=[1])
+    assert (scores.num_first_turn_misses, scores.fix_rate, scores.fix_rate_stderr) == (1, None, None)

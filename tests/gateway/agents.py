@@ -61,6 +61,15 @@ def loops_forever(base_url: str, api_key: str, task: dict) -> float:
         ]
 
 
+def rewrites_history(base_url: str, api_key: str, task: dict) -> float:
+    """Two calls; the second sends the first reply back as something the model did not say."""
+    client = OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0)
+    client.chat.completions.create(model="policy", messages=task["prompt"])
+    rewritten = [*task["prompt"], {"role": "assistant", "content": "8"}, {"role": "user", "content": "Sure?"}]
+    client.chat.completions.create(model="policy", messages=rewritten)
+    return 1.0
+
+
 async def answers_async(base_url: str, api_key: str, task: dict) -> float:
     from openai import AsyncOpenAI
 

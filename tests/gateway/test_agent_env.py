@@ -76,6 +76,19 @@ async def test_an_agent_that_runs_past_the_turn_budget_ends_truncated_turns(toke
     assert (trajectory.status, len(trajectory.turns)) == (Status.TRUNCATED_TURNS, BUDGETS.max_turns)
 
 
+async def test_a_call_that_does_not_extend_the_episode_starts_a_new_sample_and_says_why(tokenizer, template):
+    trajectory = await episode(tokenizer, template, "rewrites_history")
+    assert (trajectory.status, trajectory.reward, len(trajectory.earlier_segments)) == (
+        Status.COMPLETED,
+        1.0,
+        1,
+    )
+    assert trajectory.info["gateway/num_samples"] == 2
+    assert trajectory.info["gateway/new_samples"] == [
+        "message 1: an assistant turn sent back altered (trimmed or re-serialised)"
+    ]
+
+
 async def test_an_engine_failure_is_an_engine_error_and_retried(tokenizer, template):
     failed = await episode(tokenizer, template, "answers", fail_on_call=1)
     assert (failed.status, failed.error) == (Status.ENGINE_ERROR, "engine: RuntimeError: engine exploded")

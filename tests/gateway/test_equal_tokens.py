@@ -16,22 +16,23 @@ from agentrl.tiny_policy import DEFAULT_MODEL_PATH
 from envs.tool_calling.synthetic import generate
 from tests.gateway.conftest import AGENT_ENV
 
+TASKS = ["arithmetic", "country", "population"]  # one row of each, as configs/env/tool_calling.yaml's
 BUDGETS = Budgets(  # configs/env/tool_calling.yaml's, with room for a cold answer grader
-    max_turns=3,
+    max_turns=4,
     max_new_tokens_per_turn=64,
-    max_tokens_per_episode=400,
+    max_tokens_per_episode=1000,
     step_timeout_s=120,
     episode_timeout_s=300,
 )
 
 
 async def test_agents_through_the_gateway_train_on_the_tool_envs_tokens_masks_and_rewards(template):
-    rows = generate(3, seed=5)
+    rows = generate(3, seed=5, tasks=TASKS)
     make_tool_env = functools.partial(
-        make, "tool_calling", tools=["calculator"], synthetic_tasks=["arithmetic"]
+        make, "tool_calling", tools=["calculator", "search"], synthetic_tasks=TASKS
     )
     rollout = functools.partial(
-        rollout_groups, rows, [0, 1, 2], template=template, n=2, seed=0, sampling_seed=11,
+        rollout_groups, rows, [0, 1, 2], template=template, n=1, seed=0, sampling_seed=14,
         budgets=BUDGETS, sampling=Sampling(),
     )  # fmt: skip
     async with TransformersEngine.from_pretrained(DEFAULT_MODEL_PATH, EngineConfig(device="cpu")) as engine:
@@ -41,7 +42,15 @@ async def test_agents_through_the_gateway_train_on_the_tool_envs_tokens_masks_an
             for agent in ("examples.openai_agent:solve", "examples.anthropic_agent:solve")
         }
     assert {t.status.value for t in reference} == {"completed"}
-    assert any(len(t.turns) == 2 for t in reference)  # a tool call and its result, then the answer
+    # Seeds where every call is well formed (the gateway answers a malformed one differently, see
+    # docs/gateway.md): a calculator call, then two and three lookups, a turn each; the country
+    # (a name, graded by exact match) and the population answered right.
+    assert [(t.info["calls_calculator"], t.info["calls_search"], len(t.turns)) for t in reference] == [
+        (1, 0, 2),
+        (0, 2, 3),
+        (0, 3, 4),
+    ]
+    assert [t.reward for t in reference] == [0.0, 1.0, 1.0]
     for agent, trajectories in by_agent.items():
         for expected, got in zip(reference, trajectories, strict=True):
             assert got.status is expected.status, agent
