@@ -326,8 +326,9 @@ def test_training_against_the_served_engine_over_the_sglang_protocol(tmp_path):
 def test_a_dead_sandbox_server_gives_retried_then_excluded_sandbox_errors_and_the_run_finishes(tmp_path):
     result = train(
         tmp_path, "env=code_sandbox", "env.kwargs.sandbox_url=http://127.0.0.1:1", "trainer.total_training_steps=2",
-        # one attempt: a reply without code then ends its episode as completed, never reaching the sandbox
-        "env.kwargs.max_turns=1", "rollout.max_turns=1", "trainer.logger=[console]", "trainer.val_before_train=false", "rollout.max_infra_retries=1",
+        # one attempt: a reply without complete code then ends its episode as completed, never reaching
+        # the sandbox; 24 tokens cut the longer functions short, so not every episode of the run fails
+        "env.kwargs.max_turns=1", "rollout.max_turns=1", "rollout.max_new_tokens_per_turn=24", "trainer.logger=[console]", "trainer.val_before_train=false", "rollout.max_infra_retries=1",
         "trainer.max_error_frac=0.2", "trainer.max_error_steps=5", "data.train_batch_size=2",
         "actor.ppo_mini_batch_size=2", "rollout.n=2", "data.val_size=2", "rollout.val_kwargs.n=1",
     )  # fmt: skip
