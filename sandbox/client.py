@@ -238,7 +238,9 @@ class SandboxClient:
         except SandboxUnavailableError as error:
             raise SessionFailure(f"sandbox server: {error.reason}") from error
         except TimeoutError as error:
-            raise SessionFailure(f"sandbox server: no answer to {method} {path} before the deadline") from error
+            raise SessionFailure(
+                f"sandbox server: no answer to {method} {path} before the deadline"
+            ) from error
         raise AssertionError("unreachable")
 
     async def health(self) -> dict[str, Any]:

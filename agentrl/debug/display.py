@@ -130,7 +130,9 @@ def parsed_reply_view(template: ChatTemplate, text: str) -> Text:
         return Text("")
     reply = parse(text)
     calls = [
-        f"{call.name}({json.dumps(call.arguments)})" if isinstance(call, ToolCall) else f"MALFORMED {call.message}"
+        f"{call.name}({json.dumps(call.arguments)})"
+        if isinstance(call, ToolCall)
+        else f"MALFORMED {call.message}"
         for call in reply.calls
     ]
     lines = [f"parsed ({template.name}): {len(reply.reasoning)} characters of reasoning"]

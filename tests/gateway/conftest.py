@@ -40,4 +40,6 @@ def tokenizer():
 @pytest.fixture
 def template(tokenizer):
     return build_renderer(tokenizer)
+
+
 AGENT_ENV = "agentrl.gateway.agent_env:AgentEnv"  # env=agent's id (configs/env/agent.yaml)

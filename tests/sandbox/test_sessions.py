@@ -134,7 +134,9 @@ async def test_a_fork_bomb_is_contained_and_the_session_stays_usable(pool):
 
 
 async def test_a_session_past_its_time_to_live_is_closed_by_the_pool(backend_name, work_root):
-    async with await SessionPool.create(settings(backend_name, work_root, num_warm=0, ttl_s=1.0, uid_base=SESSION_UID_BASE + 10)) as pool:
+    async with await SessionPool.create(
+        settings(backend_name, work_root, num_warm=0, ttl_s=1.0, uid_base=SESSION_UID_BASE + 10)
+    ) as pool:
         session = await pool.acquire()
         await asyncio.sleep(2.5)
         assert pool.num_in_use == 0 and pool.num_expired == 1

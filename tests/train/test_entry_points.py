@@ -129,7 +129,9 @@ def test_a_run_whose_env_always_raises_counts_the_errors_and_exits_non_zero_nami
     assert last["actor/skipped_update"] == 1.0
     assert "100% of episodes failed (mostly env_error)" in result.stderr
     # Shorter than trainer.max_error_steps, but a run in which no episode completed is no score.
-    assert "error: every episode of this run's 1 step failed, mostly env_error; for example: " in result.stderr
+    assert (
+        "error: every episode of this run's 1 step failed, mostly env_error; for example: " in result.stderr
+    )
     assert "held-out" not in result.stdout
 
 
