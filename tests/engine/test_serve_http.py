@@ -92,7 +92,7 @@ async def test_a_batched_request_answers_one_result_per_prompt_in_order(http) ->
         ({"input_ids": PROMPT, "sampling_params": {"top_k": 0}}, "top_k=0 must be >= 1, or -1 to disable top-k"),
         ({"input_ids": PROMPT, "stream": True}, "field 'stream'"),
         ({"text": "hello"}, "field 'input_ids': Field required"),
-        ({"input_ids": [1, 99999]}, "prompt token id 99999 is outside the vocabulary [0, 923)"),
+        ({"input_ids": [1, 99999]}, "prompt token id 99999 is outside the vocabulary [0, 1024)"),
         ({"input_ids": [[1, 2], [3]], "sampling_params": [{}]}, "sampling_params is a list of 1; it needs one entry per"),
     ],
 )  # fmt: skip

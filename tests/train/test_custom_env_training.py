@@ -55,6 +55,14 @@ def test_the_multi_turn_example_trains_on_its_retries_and_learns(tmp_path):
             assert first["reward"] == 0.0 and second["reward"] in (0.0, 0.5)
             assert first["observation"] == [{"role": "user", "content": FEEDBACK}]
             completion, feedback = first["completion_ids"], first["observation_ids"]
+            if first["starts_new_sample"]:
+                # The sampled tokens were not the tokenizer's own split of their text, so the next
+                # render does not extend them: the retry is a sample of its own (trajectory_mode=auto).
+                [earlier] = trajectory["earlier_segments"]
+                assert earlier["response_ids"] == completion and earlier["loss_mask"] == [1] * len(completion)
+                assert trajectory["response_ids"] == second["completion_ids"]
+                assert trajectory["loss_mask"] == [1] * len(second["completion_ids"])
+                continue
             assert trajectory["response_ids"] == completion + feedback + second["completion_ids"]
             assert trajectory["loss_mask"] == [1] * len(completion) + [0] * len(feedback) + [1] * len(
                 second["completion_ids"]
