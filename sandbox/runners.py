@@ -59,7 +59,6 @@ class SharedRunner:
         self.settings = settings
         self.loop = loop  # the runner's sockets, pools and semaphore belong to this loop
         self._runner: CodeRunner | None = None
-        self._started = asyncio.Lock()
         self._slots: asyncio.Semaphore | None = None
         self._max_concurrency: int | None = None
 
@@ -83,17 +82,15 @@ class SharedRunner:
         return list(await asyncio.gather(*(self.run(request) for request in requests)))
 
     async def _start(self) -> None:
-        async with self._started:
-            if self._runner is not None:
-                return
-            settings = self.settings
-            if settings.sandbox_url is not None:
-                self._runner = SandboxClient(settings.sandbox_url, token=settings.sandbox_token)
-                self._max_concurrency = settings.max_concurrency or default_max_concurrency()
-            else:
-                executor = await Executor.create(settings.backend, settings.max_concurrency)
-                self._runner, self._max_concurrency = executor, executor.max_concurrency
-            self._slots = asyncio.Semaphore(self._max_concurrency)
+        """Open the runner; `sandbox.per_loop` calls it once per loop and settings."""
+        settings = self.settings
+        if settings.sandbox_url is not None:
+            self._runner = SandboxClient(settings.sandbox_url, token=settings.sandbox_token)
+            self._max_concurrency = settings.max_concurrency or default_max_concurrency()
+        else:
+            executor = await Executor.create(settings.backend, settings.max_concurrency)
+            self._runner, self._max_concurrency = executor, executor.max_concurrency
+        self._slots = asyncio.Semaphore(self._max_concurrency)
 
     async def _close(self) -> None:
         runner, self._runner = self._runner, None
