@@ -36,7 +36,9 @@ class MixtureEntry(BaseModel):
 
     id: str = Field(description="registered env id or 'module:Class'")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to make(id, **kwargs)")
-    weight: float = Field(1.0, gt=0, description="share of every step's prompts, relative to the other envs")
+    weight: float = Field(
+        1.0, ge=0, description="share of every step's prompts, relative to the other envs (0 leaves it out)"
+    )
     data: DataSource = Field(description="this env's rows: train_files/val_files or a generator")
     rollout: EnvBudgets = Field(default_factory=EnvBudgets, description="this env's episode budgets")
 
@@ -56,11 +58,17 @@ class EnvConfig(BaseModel):
 
     @field_validator("mixture")
     @classmethod
-    def _names_fit_metric_keys(cls, mixture: dict[str, MixtureEntry]) -> dict[str, MixtureEntry]:
-        for name in mixture:
+    def _drop_unweighted_and_check_names(cls, mixture: dict[str, MixtureEntry]) -> dict[str, MixtureEntry]:
+        """Entries of weight 0 are left out of the run: a preset's env switched off from the command line."""
+        kept = {name: entry for name, entry in mixture.items() if entry.weight > 0}
+        if mixture and not kept:
+            raise ValueError(
+                f"every env of env.mixture ({', '.join(mixture)}) has weight 0; give one a weight > 0"
+            )
+        for name in kept:
             if not name.replace("_", "").replace("-", "").isalnum():
                 raise ValueError(
                     f"env.mixture name {name!r} must be letters, digits, '_' or '-' (it names metrics, "
                     "e.g. reward/<name>/mean)"
                 )
-        return mixture
+        return kept

@@ -14,6 +14,7 @@ SFT corpus.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -236,24 +237,32 @@ def generate(
     ]
 
 
+def solved_messages(task: TerminalTask, steps: tuple[SolutionStep, ...]) -> list[dict[str, Any]]:
+    """The episode the env would see if the agent made `steps`: the task's prompt, one tool call
+    per assistant turn answered by the step's observation, then a final reply without a call."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt_text(task.instruction)}]
+    for step in steps:
+        call = {"type": "function", "function": {"name": step.name, "arguments": step.arguments}}
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        messages.append({"role": "tool", "name": step.name, "content": step.observation})
+    messages.append({"role": "assistant", "content": "Done."})
+    return messages
+
+
+@functools.cache
+def tool_schemas() -> tuple[dict[str, Any], ...]:
+    """The tools' schemas, as the env declares them (building the env starts no sandbox)."""
+    from envs.terminal.env import TerminalEnv
+
+    return tuple(TerminalEnv().tools)
+
+
 def solved_conversations(
     num: int, seed: int, tasks: tuple[str, ...] | list[str] = TASKS
 ) -> list[dict[str, Any]]:
-    """Example solved episodes: {"messages": [...], "tools": [...]} in the env's exact format.
-
-    One tool call per assistant turn, each answered by the tool message the env would send,
-    then a final reply without a call (which ends the episode). Drawn from split "sft".
-    """
-    from envs.terminal.env import TerminalEnv  # the tools' schemas, as the env declares them
-
-    schemas = TerminalEnv().tools  # building the env starts no sandbox
-    conversations = []
-    for item in make_tasks(num, seed, "sft", tasks):
-        messages: list[dict[str, Any]] = [{"role": "user", "content": prompt_text(item.task.instruction)}]
-        for step in item.steps:
-            call = {"type": "function", "function": {"name": step.name, "arguments": step.arguments}}
-            messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-            messages.append({"role": "tool", "name": step.name, "content": step.observation})
-        messages.append({"role": "assistant", "content": "Done."})
-        conversations.append({"messages": messages, "tools": schemas})
-    return conversations
+    """Example solved episodes: {"messages": [...], "tools": [...]} in the env's exact format,
+    drawn from split "sft"."""
+    return [
+        {"messages": solved_messages(item.task, item.steps), "tools": list(tool_schemas())}
+        for item in make_tasks(num, seed, "sft", tasks)
+    ]

@@ -20,7 +20,13 @@ import torch
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from envs.tiny_policy.chat_template import CHAT_TEMPLATE, THINK_CHAT_TEMPLATE
-from envs.tiny_policy.corpus import DEFAULT_ANSWER_NOISE, DEFAULT_MATH_FRACTION, Conversation, make_corpus
+from envs.tiny_policy.corpus import (
+    DEFAULT_ANSWER_NOISE,
+    DEFAULT_MATH_FRACTION,
+    DEFAULT_TERMINAL_NOISE,
+    Conversation,
+    make_corpus,
+)
 from envs.tiny_policy.examples import TokenizedExample, collate, encode_conversation, render
 from envs.tiny_policy.tokenizer import IM_END, MAX_LENGTH, PAD, byte_tokenizer, train_tokenizer
 
@@ -47,6 +53,7 @@ class BuildConfig:
     num_threads: int = 2
     math_fraction: float = DEFAULT_MATH_FRACTION
     answer_noise: float = DEFAULT_ANSWER_NOISE
+    terminal_noise: float = DEFAULT_TERMINAL_NOISE
     think: bool = False  # the thinking variant: <think> reasoning and a template that drops it later
     device: str = "cpu"
     log_every: int = 50
@@ -161,6 +168,7 @@ def build(config: BuildConfig) -> None:
         config.math_fraction,
         answer_noise=config.answer_noise,
         think=config.think,
+        terminal_noise=config.terminal_noise,
     )
     tokenizer = build_tokenizer(config, corpus)
     examples = [encode_conversation(tokenizer, conversation) for conversation in corpus]
@@ -182,12 +190,20 @@ def parse_args(argv: list[str] | None = None) -> BuildConfig:
     parser.add_argument("--hidden-size", type=int, default=BuildConfig.hidden_size)
     parser.add_argument("--intermediate-size", type=int, default=BuildConfig.intermediate_size)
     parser.add_argument("--num-layers", type=int, default=BuildConfig.num_layers)
+    parser.add_argument("--num-heads", type=int, default=BuildConfig.num_heads)
+    parser.add_argument("--num-kv-heads", type=int, default=BuildConfig.num_kv_heads)
     parser.add_argument("--math-fraction", type=float, default=BuildConfig.math_fraction)
     parser.add_argument(
         "--answer-noise",
         type=float,
         default=BuildConfig.answer_noise,
         help="share of math replies with a mistake",
+    )
+    parser.add_argument(
+        "--terminal-noise",
+        type=float,
+        default=BuildConfig.terminal_noise,
+        help="share of terminal episodes with a mistake",
     )
     parser.add_argument(
         "--think", action="store_true", help="the thinking variant (<think> reasoning; model=tiny_think)"
@@ -204,9 +220,12 @@ def parse_args(argv: list[str] | None = None) -> BuildConfig:
         hidden_size=args.hidden_size,
         intermediate_size=args.intermediate_size,
         num_layers=args.num_layers,
+        num_heads=args.num_heads,
+        num_kv_heads=args.num_kv_heads,
         num_threads=args.threads,
         math_fraction=args.math_fraction,
         answer_noise=args.answer_noise,
+        terminal_noise=args.terminal_noise,
         think=args.think,
         device=args.device,
         warmup_steps=min(BuildConfig.warmup_steps, max(1, args.steps // 10)),

@@ -1,8 +1,9 @@
 """Data stage (offline default policy): the synthetic SFT conversations the tiny policy learns from.
 
-Three families, in exactly the formats of the built-in envs: math (boxed answers, with some
-retries after "incorrect" feedback), tool calls (the calculator, and multi-hop search), and short
-Python functions (some fixed after the code env's failure feedback; `envs.tiny_policy.multi_turn`).
+Four families, in exactly the formats of the built-in envs: math (boxed answers, with some
+retries after "incorrect" feedback), tool calls (the calculator, and multi-hop search), short
+Python functions (some fixed after the code env's failure feedback; `envs.tiny_policy.multi_turn`)
+and terminal tasks (bash, write_file and read_file calls; `envs.tiny_policy.terminal_tasks`).
 Math prompts come from the math env's own generator with split="sft", so they are drawn from a
 different stream than the env's train and val rows.
 """
@@ -18,6 +19,7 @@ from envs.math.env import FEEDBACK as RETRY_FEEDBACK
 from envs.math.synthetic import MAX_DIFFICULTY, make_expression, make_row
 from envs.tiny_policy.code_tasks import make_code_conversation
 from envs.tiny_policy.multi_turn import SEARCH_TOOL, make_code_fix_conversation, make_search_conversation
+from envs.tiny_policy.terminal_tasks import make_terminal_episode
 from envs.tiny_policy.thinking import think_reply
 
 SPLIT = "sft"
@@ -46,9 +48,10 @@ class Family(str, enum.Enum):
     MATH = "math"
     TOOL = "tool"
     CODE = "code"
+    TERMINAL = "terminal"
 
 
-DEFAULT_MATH_FRACTION = 0.7  # the rest is split evenly between tool calls and code
+DEFAULT_MATH_FRACTION = 0.7  # the rest is split evenly between tool calls, code and terminal tasks
 # Share of single-attempt math replies that teach a plausible mistake. A teacher that is always
 # right makes a policy that samples its one answer almost deterministically, so groups of
 # rollouts rarely disagree and RL gets no signal; a noisy teacher leaves the policy uncertain
@@ -60,6 +63,8 @@ DEFAULT_ANSWER_NOISE = 0.25
 DEFAULT_CODE_FIX_FRACTION = 0.5
 DEFAULT_CORRECTION_NOISE = 0.3
 DEFAULT_SEARCH_FRACTION = 0.5
+# Share of terminal episodes that make one plausible mistake (trained on, like the math noise).
+DEFAULT_TERMINAL_NOISE = 0.3
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,7 @@ def make_corpus(
     retry_fraction: float = 0.15,
     answer_noise: float = DEFAULT_ANSWER_NOISE,
     think: bool = False,
+    terminal_noise: float = DEFAULT_TERMINAL_NOISE,
 ) -> list[Conversation]:
     """`num_conversations` conversations; the same arguments always give the same corpus.
 
@@ -86,14 +92,15 @@ def make_corpus(
     """
     if num_conversations < 1:
         raise ValueError(f"num_conversations must be >= 1, got {num_conversations}")
-    if not all(0.0 <= value <= 1.0 for value in (math_fraction, retry_fraction, answer_noise)):
+    shares = (math_fraction, retry_fraction, answer_noise, terminal_noise)
+    if not all(0.0 <= value <= 1.0 for value in shares):
         raise ValueError(
-            "math_fraction, retry_fraction and answer_noise must be in [0, 1], "
-            f"got {math_fraction}, {retry_fraction}, {answer_noise}"
+            "math_fraction, retry_fraction, answer_noise and terminal_noise must be in [0, 1], "
+            f"got {', '.join(map(str, shares))}"
         )
     rng = random.Random(f"{SPLIT}-{seed}")
-    families = [Family.MATH, Family.TOOL, Family.CODE]
-    weights = [math_fraction, (1 - math_fraction) / 2, (1 - math_fraction) / 2]
+    families = [Family.MATH, Family.TOOL, Family.CODE, Family.TERMINAL]
+    weights = [math_fraction, *[(1 - math_fraction) / 3] * 3]
     corpus = []
     for index in range(num_conversations):
         family = rng.choices(families, weights)[0]
@@ -107,6 +114,10 @@ def make_corpus(
             corpus.append(Conversation(Family.TOOL, messages, (CALCULATOR_TOOL, SEARCH_TOOL), trained))
         elif family is Family.TOOL:
             corpus.append(make_tool_conversation(rng))
+        elif family is Family.TERMINAL:
+            messages, tools = make_terminal_episode(rng, mistaken=rng.random() < terminal_noise)
+            trained = tuple(message["role"] == "assistant" for message in messages)
+            corpus.append(Conversation(Family.TERMINAL, messages, tools, trained))
         else:
             corpus.append(make_code_conversation_with_feedback(rng))
     return corpus

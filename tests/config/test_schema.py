@@ -105,3 +105,11 @@ def test_files_and_a_generator_both_typed_are_rejected():
 def test_every_setting_says_what_it_means():
     undescribed = [line for line in describe_config(load_config([])) if "  # " not in line]
     assert undescribed == []
+
+
+def test_a_mixture_entry_of_weight_zero_is_left_out_and_all_zero_is_an_error():
+    config = load_config(["env=mixed", "env.mixture.code.weight=0"])
+    assert list(config.env.mixture) == ["math", "tool"]
+    zero_all = [f"env.mixture.{name}.weight=0" for name in ("math", "code", "tool")]
+    with pytest.raises(ConfigError, match=r"every env of env.mixture \(math, code, tool\) has weight 0"):
+        load_config(["env=mixed", *zero_all])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import time
 from pathlib import Path
 
@@ -12,8 +13,9 @@ from agentrl.env import InfraError, make
 from agentrl.testing import check_env_contract
 from envs.terminal.harbor import generate as harbor_rows
 from envs.terminal.harbor import load_task
-from envs.terminal.synthetic import generate, make_tasks, solved_conversations
+from envs.terminal.synthetic import FAMILIES, generate, make_tasks, solved_conversations, solved_messages
 from envs.terminal.task import map_paths, prompt_text
+from envs.tiny_policy.terminal_tasks import mistaken_steps
 
 HARBOR_DIR = Path(__file__).parents[3] / "examples" / "harbor_tasks"
 
@@ -37,23 +39,36 @@ def test_the_env_passes_the_contract(env):
     check_env_contract(env, generate(2, seed=5))
 
 
+def replay(env, task, messages: list[dict]) -> float:
+    """Step `env` through an example episode's calls, checking each tool message; its reward."""
+    row = {
+        "data_source": "t",
+        "prompt": [messages[0]],
+        "reward_model": {"ground_truth": task.model_dump_json()},
+    }
+    env.reset(seed=0, options=row)
+    for assistant, tool in zip(messages[1:-1:2], messages[2:-1:2], strict=True):
+        function = assistant["tool_calls"][0]["function"]
+        observation = env.step(call(function["name"], function["arguments"]))[0]
+        assert observation == [{"role": "tool", "content": tool["content"], "name": tool["name"]}]
+    _, reward, terminated, truncated, _ = env.step(messages[-1]["content"])
+    assert (terminated, truncated) == (True, False)
+    return reward
+
+
 def test_the_solved_conversations_replay_exactly_in_the_env(env):
     conversations = solved_conversations(5, seed=0)
     for conversation, item in zip(conversations, make_tasks(5, 0, "sft"), strict=True):
-        row = {
-            "data_source": "t",
-            "prompt": [conversation["messages"][0]],
-            "reward_model": {"ground_truth": item.task.model_dump_json()},
-        }
-        env.reset(seed=0, options=row)
-        for assistant, tool in zip(
-            conversation["messages"][1:-1:2], conversation["messages"][2:-1:2], strict=True
-        ):
-            function = assistant["tool_calls"][0]["function"]
-            observation = env.step(call(function["name"], function["arguments"]))[0]
-            assert observation == [{"role": "tool", "content": tool["content"], "name": tool["name"]}]
-        assert env.step(conversation["messages"][-1]["content"])[1:4] == (1.0, True, False)
+        assert replay(env, item.task, conversation["messages"]) == 1.0
     assert conversation["tools"] == env.tools
+
+
+def test_the_tiny_policys_mistaken_episodes_replay_exactly_and_fail_every_family(env):
+    rng = random.Random(0)
+    for family, make_task in FAMILIES.items():
+        item = make_task(rng)
+        messages = solved_messages(item.task, mistaken_steps(item, rng))
+        assert replay(env, item.task, messages) == 0.0, family
 
 
 def test_the_harbor_example_scores_one_when_solved_and_zero_when_not(env):
