@@ -64,7 +64,7 @@ DEFAULT_CODE_FIX_FRACTION = 0.5
 DEFAULT_CORRECTION_NOISE = 0.3
 DEFAULT_SEARCH_FRACTION = 0.5
 # Share of terminal episodes that make one plausible mistake (trained on, like the math noise).
-DEFAULT_TERMINAL_NOISE = 0.3
+DEFAULT_TERMINAL_NOISE = 0.5
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,9 @@ def make_tool_expression(rng: random.Random) -> str:
 
 
 def make_tool_conversation(rng: random.Random) -> Conversation:
-    """A calculator episode: question, tool call, tool result, boxed answer."""
+    """A calculator episode: question, tool call, tool result, boxed answer. Half of them also
+    offer the search tool, as the tool env's preset does, so that the calculator stays the choice
+    for arithmetic when both are on offer."""
     expression = make_tool_expression(rng)
     value = solve(expression)
     call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": expression}}}
@@ -192,4 +194,5 @@ def make_tool_conversation(rng: random.Random) -> Conversation:
         {"role": "tool", "name": "calculator", "content": str(value)},
         {"role": "assistant", "content": f"\\boxed{{{value}}}"},
     )
-    return Conversation(Family.TOOL, messages, (CALCULATOR_TOOL,), (False, True, False, True))
+    tools = (CALCULATOR_TOOL, SEARCH_TOOL) if rng.random() < 0.5 else (CALCULATOR_TOOL,)
+    return Conversation(Family.TOOL, messages, tools, (False, True, False, True))

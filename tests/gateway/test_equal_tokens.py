@@ -32,7 +32,7 @@ async def test_agents_through_the_gateway_train_on_the_tool_envs_tokens_masks_an
         make, "tool_calling", tools=["calculator", "search"], synthetic_tasks=TASKS
     )
     rollout = functools.partial(
-        rollout_groups, rows, [0, 1, 2], template=template, n=1, seed=0, sampling_seed=14,
+        rollout_groups, rows, [0, 1, 2], template=template, n=1, seed=0, sampling_seed=2,
         budgets=BUDGETS, sampling=Sampling(),
     )  # fmt: skip
     async with TransformersEngine.from_pretrained(DEFAULT_MODEL_PATH, EngineConfig(device="cpu")) as engine:

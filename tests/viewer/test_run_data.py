@@ -148,9 +148,14 @@ def test_the_left_margin_grows_with_the_longest_axis_label():
 
 def test_token_cells_mark_prompt_sampled_and_observation_tokens():
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_PATH)
+
+    def one_token_per_character(text: str) -> list[int]:  # whatever merges the tokenizer learned
+        return [tokenizer.convert_tokens_to_ids(token) for char in text for token in tokenizer.tokenize(char)]
+
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     record = {
-        "prompt_ids": tokenizer.encode("Hi\n", add_special_tokens=False),
-        "response_ids": tokenizer.encode("4<|im_end|>ok", add_special_tokens=False),
+        "prompt_ids": one_token_per_character("Hi\n"),
+        "response_ids": [*one_token_per_character("4"), im_end, *one_token_per_character("ok")],
         "loss_mask": [1, 1, 0, 0],
         "rollout_logprobs": [-3.0, -0.01, 0.0, 0.0],
     }
