@@ -44,8 +44,15 @@ def test_the_mixed_preset_keeps_each_envs_settings():
     config = load_config(["env=mixed"])
     assert list(config.env.mixture) == ["math", "code", "tool"]
     assert config.env.mixture["code"].kwargs["backend"] == "auto"
-    assert config.env.mixture["tool"].rollout.max_turns == 3
     assert config.env.mixture["math"].data.generator == "envs.math.synthetic:generate"
+    # The multi-turn envs keep their single-env presets' turns, tools and tasks.
+    for name, preset in (("code", "code_sandbox"), ("tool", "tool_calling")):
+        single = load_config([f"env={preset}"])
+        entry = config.env.mixture[name]
+        assert entry.kwargs == single.env.kwargs, name
+        assert entry.data.generator_kwargs == single.data.generator_kwargs, name
+        assert entry.rollout.max_turns == single.rollout.max_turns > 1, name
+        assert entry.rollout.max_tokens_per_episode == single.rollout.max_tokens_per_episode, name
 
 
 def test_a_single_env_setting_beside_a_mixture_is_rejected_naming_where_it_belongs():
