@@ -22,10 +22,10 @@ from tests.train.test_entry_points import metrics, train
 pytestmark = pytest.mark.slow  # trains in a subprocess
 
 QUESTION = re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.DOTALL)
-# The documented run (docs/training.md) stopped at step 20 of its 40.
+# The first 10 steps of the documented run (docs/training.md); measured: 0.694 -> 0.725 at step 10.
 SETTINGS = (
     "env=math", "model=tiny_think", "env.kwargs.max_attempts=2", "rollout.max_turns=2",
-    "trainer.total_training_steps=20", "trainer.test_freq=20", "trainer.save_freq=0", "trainer.logger=[console]",
+    "trainer.total_training_steps=10", "trainer.test_freq=10", "trainer.save_freq=0", "trainer.logger=[console]",
 )  # fmt: skip
 
 
