@@ -41,6 +41,7 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[st
         groups[t.group_id].append(t.reward)
     metrics = {
         "reward/mean": statistics.fmean(rewards) if rewards else 0.0,
+        "reward/mean_stderr": _stderr_over_problems(list(groups.values())),
         "reward/std": statistics.pstdev(rewards) if rewards else 0.0,
         "frac_reward_zero_std": (
             sum(len(set(g)) == 1 for g in groups.values()) / len(groups) if groups else 0.0
@@ -84,9 +85,16 @@ def _accuracy(trajectories: list[Trajectory]) -> dict[str, float]:
     if not by_problem:
         return {}
     samples = [c for group in by_problem.values() for c in group]
-    per_problem = [sum(group) / len(group) for group in by_problem.values()]
-    stderr = statistics.stdev(per_problem) / len(per_problem) ** 0.5 if len(per_problem) > 1 else 0.0
-    return {"accuracy": sum(samples) / len(samples), "accuracy_stderr": stderr}
+    return {
+        "accuracy": sum(samples) / len(samples),
+        "accuracy_stderr": _stderr_over_problems(list(by_problem.values())),
+    }
+
+
+def _stderr_over_problems(groups: list[list[float]]) -> float:
+    """Standard error of the mean over problems (each group: one problem's samples, correlated)."""
+    per_problem = [statistics.fmean(group) for group in groups if group]
+    return statistics.stdev(per_problem) / len(per_problem) ** 0.5 if len(per_problem) > 1 else 0.0
 
 
 def _env_info_means(trajectories: list[Trajectory]) -> dict[str, float]:

@@ -41,3 +41,5 @@ def test_step_metrics_have_exact_values_and_leave_errors_out_of_reward_statistic
     # Per-problem accuracies 0.5, 1.0, 0.0 -> mean of samples 3/5, stderr over the three problems.
     assert metrics["val/accuracy"] == pytest.approx(3 / 5)
     assert metrics["val/accuracy_stderr"] == pytest.approx(0.5 / math.sqrt(3))
+    # The reward's error is over the same per-problem means (for envs without info["correct"]).
+    assert metrics["val/reward/mean_stderr"] == pytest.approx(0.5 / math.sqrt(3))

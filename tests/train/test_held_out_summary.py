@@ -46,3 +46,13 @@ def test_a_single_evaluation_that_failed_whole_says_which_status(tmp_path):
 def test_an_evaluation_with_some_failures_is_still_scored(tmp_path):
     path = write_metrics(tmp_path / "metrics.jsonl", evaluation(0, 0.5, 0.5, completed=0.5, env_error=0.5))
     assert held_out_summary(path) == "held-out accuracy: 0.500 ± 0.100 at step 0 (4 problems)"
+
+
+def test_a_reward_only_env_reports_its_reward_with_the_standard_error_over_problems(tmp_path):
+    reward_only = [
+        {"step": step, "val/reward/mean": mean, "val/reward/mean_stderr": 0.05, "val/num_problems": 90.0}
+        for step, mean in ((0, 0.339), (12, 0.289))
+    ]
+    assert held_out_summary(write_metrics(tmp_path / "metrics.jsonl", *reward_only)) == (
+        "held-out reward/mean: 0.339 ± 0.050 at step 0 -> 0.289 ± 0.050 at step 12 (90 problems; ± one standard error)"
+    )
