@@ -7,9 +7,6 @@ while requests run is refused, and seeds are read only with `--enable-determinis
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -24,8 +21,8 @@ from agentrl.engine.protocol import FinishReason, SamplingParams
 from agentrl.engine.remote.sglang_client import SGLangEngine
 from agentrl.engine.remote.sglang_launcher import free_port
 from agentrl.engine.remote.sglang_protocol import EngineRequestError
-from agentrl.engine.serve.__main__ import LISTENING
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
+from tests.engine.served import start_served_engine, stop_served_engine
 
 MODEL = str(DEFAULT_MODEL_PATH)
 PROMPT = [1, 40, 41, 42, 43, 44]
@@ -35,34 +32,11 @@ SEEDED = SamplingParams(max_new_tokens=12, temperature=1.0, seed=7)
 @pytest.fixture(scope="module")
 def server_url() -> Iterator[str]:
     """One server for the module; single-threaded so its arithmetic matches the in-process engine."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    strict = ["--strict-sglang", "--enable-deterministic-inference"]
-    command = [
-        sys.executable,
-        "-m",
-        "agentrl.engine.serve",
-        *strict,
-        "--model",
-        MODEL,
-        "--port",
-        "0",
-        "--device",
-        "cpu",
-    ]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    process, url = start_served_engine("--strict-sglang", "--enable-deterministic-inference")
     try:
-        lines = []
-        for line in process.stdout:  # the server prints its URL once it accepts requests
-            lines.append(line)
-            if line.startswith(LISTENING):
-                yield line.split()[len(LISTENING.split())]
-                break
-        else:
-            pytest.fail(f"the server exited before listening:\n{''.join(lines)}")
+        yield url
     finally:
-        process.terminate()
-        assert process.wait(timeout=30) == 0  # SIGTERM is a clean shutdown
-        process.stdout.close()
+        assert stop_served_engine(process) == 0  # SIGTERM is a clean shutdown
 
 
 @pytest.fixture

@@ -6,10 +6,8 @@ The server runs in a process of its own, as in split placement; this test proces
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -24,9 +22,9 @@ from agentrl.engine.remote.sglang_client import SGLangEngine
 from agentrl.engine.remote.sglang_protocol import WireUpdateWeightsFromDistributed
 from agentrl.engine.remote.weight_sender import DistributedSyncSettings
 from agentrl.engine.remote.weight_transfer import WeightSyncTimeout, flatten, plan_buckets, unflatten
-from agentrl.engine.serve.__main__ import LISTENING
 from agentrl.model_path import load_causal_lm
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
+from tests.engine.served import start_served_engine, stop_served_engine
 
 MODEL = str(DEFAULT_MODEL_PATH)
 GREEDY = SamplingParams(max_new_tokens=8, temperature=0.0)
@@ -96,54 +94,22 @@ def test_distributed_sync_knobs_are_refused_with_disk_sync() -> None:
 # ---- against a served engine ----
 
 
-def start_server() -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    command = [
-        sys.executable,
-        "-m",
-        "agentrl.engine.serve",
-        "--model",
-        MODEL,
-        "--port",
-        "0",
-        "--device",
-        "cpu",
-    ]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    for line in process.stdout:  # the server prints its URL once it accepts requests
-        if line.startswith(LISTENING):
-            return process, line.split()[len(LISTENING.split())]
-    process.wait()
-    pytest.fail("the server exited before listening")
-
-
-def stop_server(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGCONT)  # a test may have left it stopped
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:  # a receive the test abandoned holds it past SIGTERM (noted in docs)
-        process.kill()
-        process.wait()
-    process.stdout.close()
-
-
 @pytest.fixture
 def server_url() -> Iterator[str]:
-    process, url = start_server()
+    process, url = start_served_engine()
     try:
         yield url
     finally:
-        stop_server(process)
+        stop_served_engine(process)
 
 
 @pytest.fixture
 def stoppable_server() -> Iterator[tuple[subprocess.Popen, str]]:
-    process, url = start_server()
+    process, url = start_served_engine()
     try:
         yield process, url
     finally:
-        stop_server(process)
+        stop_served_engine(process)
 
 
 def client(url: str, tmp_path, **sync) -> SGLangEngine:

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +25,9 @@ from agentrl.engine.remote.balanced_client import BalancedEngine
 from agentrl.engine.remote.sglang_client import SGLangEngine
 from agentrl.engine.remote.sglang_launcher import free_port
 from agentrl.engine.remote.sglang_protocol import EngineRequestError
-from agentrl.engine.serve.__main__ import LISTENING
 from agentrl.engine.serve.http_server import ServedEngine, build_app
 from agentrl.tiny_policy import DEFAULT_MODEL_PATH
+from tests.engine.served import launch_served_engine, served_url, stop_served_engine
 
 MODEL = str(DEFAULT_MODEL_PATH)
 SAMPLING = SamplingParams(max_new_tokens=4, temperature=1.0, seed=3)
@@ -79,37 +76,12 @@ async def servers() -> AsyncIterator[list[Server]]:
 @pytest.fixture(scope="module")
 def server_processes() -> Iterator[list[str]]:
     """Two `python -m agentrl.engine.serve` processes; their URLs."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    command = [
-        sys.executable,
-        "-m",
-        "agentrl.engine.serve",
-        "--model",
-        MODEL,
-        "--port",
-        "0",
-        "--device",
-        "cpu",
-    ]
-    processes = [
-        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        for _ in range(2)
-    ]
+    processes = [launch_served_engine() for _ in range(2)]  # both load the model at once
     try:
-        urls = []
-        for process in processes:
-            for line in process.stdout:  # the server prints its URL once it accepts requests
-                if line.startswith(LISTENING):
-                    urls.append(line.split()[len(LISTENING.split())])
-                    break
-            else:
-                pytest.fail("a server exited before listening")
-        yield urls
+        yield [served_url(process) for process in processes]
     finally:
         for process in processes:
-            process.terminate()
-            process.wait(timeout=30)
-            process.stdout.close()
+            stop_served_engine(process)
 
 
 def balanced(urls: list[str], tmp_path: Path, *, updates_weights: bool = True, **kwargs) -> BalancedEngine:
