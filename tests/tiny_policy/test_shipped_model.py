@@ -57,14 +57,32 @@ def test_shipped_model_answers_a_math_prompt_in_the_boxed_format(model_and_token
     assert re.fullmatch(r"7 \+ 5 = (-?\d+)\. \\boxed\{\1\}<\|im_end\|>", reply), reply
 
 
-def test_shipped_model_calls_the_calculator_when_given_the_tool(model_and_tokenizer):
+@pytest.mark.parametrize("with_search", [False, True], ids=["calculator", "calculator_and_search"])
+def test_shipped_model_calls_the_calculator_when_given_the_tool(model_and_tokenizer, with_search):
     from envs.tiny_policy.corpus import CALCULATOR_TOOL
+    from envs.tiny_policy.multi_turn import SEARCH_TOOL
 
     model, tokenizer = model_and_tokenizer
     messages = [{"role": "user", "content": "What is 12 + 17? Put the final answer in \\boxed{}."}]
-    completion = greedy(model, tokenizer, messages, tools=[CALCULATOR_TOOL])
+    tools = (
+        [CALCULATOR_TOOL, SEARCH_TOOL] if with_search else [CALCULATOR_TOOL]
+    )  # the tool preset offers both
+    completion = greedy(model, tokenizer, messages, tools=tools)
     body = completion.removeprefix("<tool_call>\n").removesuffix("\n</tool_call><|im_end|>")
     assert json.loads(body) == {"name": "calculator", "arguments": {"expression": "12 + 17"}}
+
+
+def test_shipped_model_calls_a_terminal_tool_for_a_terminal_task(model_and_tokenizer):
+    from envs.terminal.synthetic import tool_schemas
+    from envs.terminal.task import prompt_text
+
+    model, tokenizer = model_and_tokenizer
+    task = "Create a file named notes.txt containing exactly the line: hello world"
+    messages = [{"role": "user", "content": prompt_text(task)}]
+    completion = greedy(model, tokenizer, messages, tools=list(tool_schemas()))
+    body = completion.removeprefix("<tool_call>\n").removesuffix("\n</tool_call><|im_end|>")
+    call = json.loads(body)  # the format, not the file name: the policy is only partly right here too
+    assert call["name"] == "write_file" and set(call["arguments"]) == {"path", "content"}, completion
 
 
 def test_shipped_model_writes_code_in_a_fenced_python_block(model_and_tokenizer):
