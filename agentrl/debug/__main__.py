@@ -21,6 +21,7 @@ from agentrl.check_template.__main__ import stop_token_ids
 from agentrl.check_template.checks import template_facts
 from agentrl.config import Config
 from agentrl.config_loader import ConfigError, load_config
+from agentrl.data_mixture import ENV_COLUMN
 from agentrl.debug.commands import Quit, run_command, show_all
 from agentrl.debug.replay_command import replay
 from agentrl.debug.session import DebugSession, EpisodeSetup
@@ -28,7 +29,7 @@ from agentrl.debug.terminal import INTERRUPTED, interact
 from agentrl.engine.factory import build_engine
 from agentrl.model_path import load_tokenizer, resolve_model_path
 from agentrl.renderers import build_renderer
-from agentrl.trainer.components import build_env_factory, load_task_data
+from agentrl.trainer.components import build_routes, load_task_data
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -68,13 +69,15 @@ def build_setup(config: Config, row: int | None, seed: int) -> EpisodeSetup:
     model_path = resolve_model_path(config.model.path)
     tokenizer = load_tokenizer(model_path)
     template = build_renderer(tokenizer, config.model.renderer)  # parses as training does
-    make_env = build_env_factory(config, template.parser)
+    # A mixed config drives the env of the chosen row, with that env's budgets.
+    env_name = rows[index][ENV_COLUMN] if config.env.mixture else config.env.id
+    route = build_routes(config, template.parser)[env_name]
     engine = build_engine(config.model, config.engine, seed=seed)
     facts, _ = template_facts(template, stop_token_ids(model_path, tokenizer))
     return EpisodeSetup(
-        make_env=make_env, engine=engine, template=template, row=rows[index], row_index=index,
-        seed=seed + index, sampling_seed=seed, budgets=config.rollout.budgets(), sampling=config.rollout.sampling(),
-        stop_token_id=facts.stop_token_id,
+        make_env=route.make_env, engine=engine, template=template, row=rows[index], row_index=index,
+        seed=seed + index, sampling_seed=seed, budgets=route.budgets, sampling=config.rollout.sampling(),
+        stop_token_id=facts.stop_token_id, env_name=env_name,
     )  # fmt: skip
 
 
@@ -99,7 +102,7 @@ async def debug(args: argparse.Namespace, config: Config, console: Console) -> i
     # Off the loop: building checks the env with its sync API, which runs a loop of its own.
     setup = await asyncio.to_thread(build_setup, config, args.row, seed)
     session = DebugSession(setup, args.policy)
-    console.print(f"env {config.env.id}, row {setup.row_index}, policy {args.policy}, seed {seed}")
+    console.print(f"env {setup.env_name}, row {setup.row_index}, policy {args.policy}, seed {seed}")
     try:
         await session.start()
         show_all(session, console)

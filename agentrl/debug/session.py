@@ -47,6 +47,7 @@ class EpisodeSetup:
     budgets: Budgets
     sampling: Sampling
     stop_token_id: int  # the token that ends an assistant turn in this template
+    env_name: str  # env.id, or the mixture entry the row belongs to
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ seeds of the training run's own evaluation.
 from __future__ import annotations
 
 import asyncio
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +23,8 @@ from agentrl.renderers import build_renderer, use_run_parser
 from agentrl.rewards.apply import RewardFunctions
 from agentrl.rollout.groups import rollout_groups
 from agentrl.rollout.trajectory import Trajectory
-from agentrl.trainer.components import build_env_factory, env_factory, load_task_data
-from agentrl.trainer.env_mixture import EnvRoute, build_env_routes, rollout_by_env
+from agentrl.trainer.components import build_routes, load_task_data
+from agentrl.trainer.env_mixture import EnvRoute, rollout_by_env
 
 
 @dataclass
@@ -46,7 +45,7 @@ def evaluate(config: Config, ks: list[int], engine: InferenceEngine | None = Non
     tokenizer = load_tokenizer(resolve_model_path(config.model.path))
     renderer = build_renderer(tokenizer, config.model.renderer)
     use_run_parser(renderer.parser)  # reward functions parse replies as training does
-    routes = _routes(config, renderer.parser)
+    routes = build_routes(config, renderer.parser)
     reward_functions = RewardFunctions.from_config(
         config.reward, reward_bound=config.rollout.reward_bound,
         max_resp_len=config.rollout.max_turns * config.rollout.max_new_tokens_per_turn,
@@ -81,12 +80,3 @@ async def _rollout(
         return await rollout_groups(rows, row_ids, route.make_env, budgets=route.budgets, **group_kwargs)
     finally:
         await group_kwargs["engine"].close()
-
-
-def _routes(config: Config, reply_parser: Any) -> dict[str, EnvRoute]:
-    """Each env of the config by name: the mixture's, or the one env named by its id."""
-    if config.env.mixture:
-        return build_env_routes(
-            config.env.mixture, config.rollout, functools.partial(env_factory, reply_parser)
-        )
-    return {config.env.id: EnvRoute(build_env_factory(config, reply_parser), config.rollout.budgets())}

@@ -25,7 +25,7 @@ from agentrl.parsing.tool_calls import ToolCallParser
 from agentrl.renderers import build_renderer, use_run_parser
 from agentrl.rewards.apply import RewardFunctions
 from agentrl.trainer.data_order import StepSampler
-from agentrl.trainer.env_mixture import build_env_routes
+from agentrl.trainer.env_mixture import EnvRoute, build_env_routes
 from agentrl.trainer.loop import Trainer, TrainerParts
 from agentrl.trainer.policy_worker import PolicyWorker
 
@@ -107,6 +107,16 @@ def build_env_factory(config: Config, reply_parser: ToolCallParser | None = None
             f"env {config.env.id!r} cannot be built with env.kwargs={config.env.kwargs}: {error}"
         ) from None
     return make_env
+
+
+def build_routes(config: Config, reply_parser: ToolCallParser | None = None) -> dict[str, EnvRoute]:
+    """Each env of the config by name, with its factory and budgets: the mixture's envs, or the one
+    env named by its id. Builds each env once, so a bad id or kwargs fails fast."""
+    if config.env.mixture:
+        return build_env_routes(
+            config.env.mixture, config.rollout, functools.partial(env_factory, reply_parser)
+        )
+    return {config.env.id: EnvRoute(build_env_factory(config, reply_parser), config.rollout.budgets())}
 
 
 def _one_env_needed(names: list[str]) -> TextEnv:

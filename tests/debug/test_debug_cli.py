@@ -229,3 +229,19 @@ def test_sample_on_the_code_env_shows_why_each_reward_is_what_it_is(capsys, tmp_
         # The verdicts say why: the pass rate is the share of hidden tests judged AC.
         verdicts = info["hidden_verdicts"].split()
         assert info["pass_rate_last_turn"] == (verdicts.count("AC") / len(verdicts) if verdicts else 0.0)
+
+
+def test_a_mixed_config_drives_the_chosen_rows_env_with_that_envs_budgets(capsys, tmp_path):
+    from agentrl.config_loader import load_config
+    from agentrl.data_mixture import ENV_COLUMN
+    from agentrl.trainer.components import load_task_data
+
+    rows = load_task_data(load_config(["env=mixed"])).train_rows
+    row = next(index for index, row in enumerate(rows) if row[ENV_COLUMN] == "tool")
+    code, out = run(
+        capsys, tmp_path, ["env=mixed", "--row", str(row), "--policy", "human"], "say \\boxed{1}\n"
+    )
+    assert code == 0
+    assert f"env tool, row {row}, policy human" in out
+    # the tool entry's budgets (64 new tokens a turn), not the rollout section's 96
+    assert re.search(r"budgets: turns 1/4, episode tokens \d+/1000, this turn \d+/64 new tokens", out), out
