@@ -16,6 +16,7 @@ from envs.tiny_policy.corpus import (
     make_tool_conversation,
     working,
 )
+from envs.tiny_policy.multi_turn import SEARCH_TOOL
 
 
 def test_working_shows_one_intermediate_step_for_parenthesised_expressions():
@@ -50,7 +51,10 @@ def test_tool_conversation_calls_the_calculator_and_boxes_its_result():
     assert expression in question["content"]
     assert result == {"role": "tool", "name": "calculator", "content": str(eval(expression))}
     assert answer["content"] == f"\\boxed{{{result['content']}}}"
-    assert conversation.tools == (CALCULATOR_TOOL,)
+    # The calculator alone, or with search as the tool preset offers both: each in some episodes.
+    offered = [make_tool_conversation(random.Random(seed)).tools for seed in range(20)]
+    assert set(map(len, offered)) == {1, 2}
+    assert all(tools in ((CALCULATOR_TOOL,), (CALCULATOR_TOOL, SEARCH_TOOL)) for tools in offered)
 
 
 def test_code_answer_is_a_fenced_python_block_defining_the_asked_function():
