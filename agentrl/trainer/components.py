@@ -93,11 +93,10 @@ def build_env_factory(config: Config, reply_parser: ToolCallParser | None = None
     """`make(env.id, **env.kwargs)` as a factory; builds one env now, so a bad id or kwargs fails fast.
 
     Each env it builds parses replies with `reply_parser` (the run's renderer's), when given.
-    A mixed run builds each of its envs, and returns a factory that says one env must be chosen
-    (for tools that drive one env; training routes rows with `build_env_routes`).
+    A mixed run gets a factory that says one env must be chosen (for tools that drive one env;
+    training, eval and the debugger route rows with `build_routes`).
     """
     if config.env.mixture:
-        build_env_routes(config.env.mixture, config.rollout, functools.partial(env_factory, reply_parser))
         return functools.partial(_one_env_needed, sorted(config.env.mixture))
     make_env = functools.partial(_make_with_parser, config.env.id, reply_parser, **config.env.kwargs)
     try:
@@ -153,8 +152,9 @@ def build_trainer(config: Config, run_dir: Path, engine: InferenceEngine | None 
     tokenizer = load_tokenizer(model_path)
     renderer = build_renderer(tokenizer, config.model.renderer)  # the one renderer of the run
     use_run_parser(renderer.parser)  # what reward functions in this process parse replies with
-    make_env = build_env_factory(config, renderer.parser)
-    # A bad reference fails before any work.
+    # Each env is built once here, so a bad id or kwargs fails before any work; so does a bad reference.
+    routes = build_routes(config, renderer.parser)
+    make_env = build_env_factory(config) if config.env.mixture else routes[config.env.id].make_env
     reward_functions = RewardFunctions.from_config(
         config.reward, config.trainer.total_training_steps, config.rollout.reward_bound,
         max_resp_len=config.rollout.max_turns * config.rollout.max_new_tokens_per_turn,
@@ -177,9 +177,7 @@ def build_trainer(config: Config, run_dir: Path, engine: InferenceEngine | None 
     batch_size, seed, shuffle = config.data.train_batch_size, config.trainer.seed, config.data.shuffle
     env_routes, sampler, extra_sampler = {}, None, None
     if config.env.mixture:
-        env_routes = build_env_routes(
-            config.env.mixture, config.rollout, functools.partial(env_factory, renderer.parser)
-        )
+        env_routes = routes
         weights = {name: entry.weight for name, entry in config.env.mixture.items()}
         sampler = MixtureSampler(data.train_rows, weights, batch_size, seed, shuffle)
         extra_sampler = MixtureSampler(data.train_rows, weights, batch_size, seed + 1, shuffle)

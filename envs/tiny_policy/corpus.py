@@ -63,6 +63,9 @@ DEFAULT_ANSWER_NOISE = 0.25
 DEFAULT_CODE_FIX_FRACTION = 0.5
 DEFAULT_CORRECTION_NOISE = 0.3
 DEFAULT_SEARCH_FRACTION = 0.5
+# Share of calculator episodes that also offer search, as the tool preset does: without them the
+# policy never chose the calculator once both tools were on offer.
+CALCULATOR_WITH_SEARCH_FRACTION = 0.5
 # Share of terminal episodes that make one plausible mistake (trained on, like the math noise).
 DEFAULT_TERMINAL_NOISE = 0.5
 
@@ -182,9 +185,8 @@ def make_tool_expression(rng: random.Random) -> str:
 
 
 def make_tool_conversation(rng: random.Random) -> Conversation:
-    """A calculator episode: question, tool call, tool result, boxed answer. Half of them also
-    offer the search tool, as the tool env's preset does, so that the calculator stays the choice
-    for arithmetic when both are on offer."""
+    """A calculator episode: question, tool call, tool result, boxed answer; some also offer
+    search (CALCULATOR_WITH_SEARCH_FRACTION)."""
     expression = make_tool_expression(rng)
     value = solve(expression)
     call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": expression}}}
@@ -194,5 +196,9 @@ def make_tool_conversation(rng: random.Random) -> Conversation:
         {"role": "tool", "name": "calculator", "content": str(value)},
         {"role": "assistant", "content": f"\\boxed{{{value}}}"},
     )
-    tools = (CALCULATOR_TOOL, SEARCH_TOOL) if rng.random() < 0.5 else (CALCULATOR_TOOL,)
+    tools = (
+        (CALCULATOR_TOOL, SEARCH_TOOL)
+        if rng.random() < CALCULATOR_WITH_SEARCH_FRACTION
+        else (CALCULATOR_TOOL,)
+    )
     return Conversation(Family.TOOL, messages, tools, (False, True, False, True))

@@ -74,3 +74,13 @@ def test_a_mixture_env_without_rows_is_rejected():
 def test_mixture_names_must_fit_metric_keys():
     with pytest.raises(ConfigError, match=r"env.mixture name 'a/b' must be letters"):
         load_config(["env=mixed", "env.mixture={a/b: {id: math, data: {generator: x:y}}}"])
+
+
+def test_a_mixture_env_that_rejects_its_kwargs_fails_when_the_routes_are_built_naming_it():
+    from agentrl.trainer.components import build_routes
+
+    config = load_config(["env=mixed", "env.mixture.tool.kwargs.no_such_knob=1"])
+    with pytest.raises(
+        ValueError, match=r"env.mixture.tool: env 'tool_calling' cannot be built with kwargs="
+    ):
+        build_routes(config)
